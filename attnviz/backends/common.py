@@ -1,0 +1,56 @@
+"""What every backend shares: checking text, tokenizing with truncation, the Backend interface."""
+
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+MAX_CHARS = 100_000  # longer text is cut before tokenizing; the models see at most a few thousand tokens anyway
+
+
+def check_text(text) -> str:
+    """The text to run, or a ValueError that says what is wrong with it."""
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a string, not {type(text).__name__}")
+    # Lone surrogates (from a broken paste or a URL) cannot be encoded: replace them.
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    if not text.strip():
+        raise ValueError("The text is empty: enter a sentence or two to see its attention.")
+    return text[:MAX_CHARS]
+
+
+class Encoded(NamedTuple):
+    ids: list  # (T,) token ids, special tokens included
+    tokens: tuple  # (T,) token strings
+    special: np.ndarray  # (T,) bool
+    word_ids: np.ndarray  # (T,) int, -1 for special tokens
+    truncated: int  # tokens dropped to fit max_tokens
+
+
+def encode(tokenizer, text: str, max_tokens: int) -> Encoded:
+    """Tokenize ``text`` with a fast tokenizer, keeping at most ``max_tokens`` (specials included)."""
+    full = tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"]
+    enc = tokenizer(text, add_special_tokens=True, truncation=True, max_length=max_tokens)
+    ids = enc["input_ids"]
+    special = np.array(
+        tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True), dtype=bool
+    )
+    words = np.array([-1 if w is None else w for w in enc.word_ids()], dtype=np.int64)
+    words[special] = -1
+    tokens = tuple(tokenizer.convert_ids_to_tokens(ids))
+    return Encoded(ids, tokens, special, words, max(0, len(full) - len(ids)))
+
+
+class Backend(Protocol):
+    """A loaded model that turns text into a trace. ``lock`` serialises use of the shared model."""
+
+    key: str
+    kind: str  # "encoder", "decoder" or "encoder-decoder"
+    n_layers: int
+    n_heads: int
+    max_tokens: int
+    lock: threading.Lock
+
+    def trace(self, text: str, target: str | None = None): ...

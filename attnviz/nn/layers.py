@@ -1,0 +1,149 @@
+"""LayerNorm, position-wise feed-forward, residual sublayers, encoder and decoder layers.
+
+Corrects the seed: LayerNorm uses the biased variance with eps inside the root (as the paper
+and torch do), and the decoder's self-attention is causal.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .attention import MultiHeadAttention, causal_mask
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,  # exact (erf), as BERT's "gelu"
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
+}
+
+
+class LayerNorm(nn.Module):
+    """γ · (x − mean) / √(var + eps) + β over the last dimension (Ba et al. 2016)."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, unbiased=False, keepdim=True)
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = act(x W₁ + b₁) W₂ + b₂, applied to each position alone."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; choose from {', '.join(ACTIVATIONS)}")
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.fc2 = nn.Linear(d_ff, d_model)
+        self.act = ACTIVATIONS[activation]
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.fc2(self.dropout(self.act(self.fc1(x))))
+
+
+class Residual(nn.Module):
+    """A sublayer with its residual connection and LayerNorm.
+
+    Post-norm (the paper, BERT): norm(x + sublayer(x)). Pre-norm (GPT-2): x + sublayer(norm(x)).
+    """
+
+    def __init__(self, d_model: int, norm_first: bool = False, dropout: float = 0.0, eps: float = 1e-5):
+        super().__init__()
+        self.norm = LayerNorm(d_model, eps)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x, sublayer):
+        """``sublayer(x) -> (out, extra)``; returns (new x, extra, (norm input, norm output, out))."""
+        if self.norm_first:
+            normed = self.norm(x)
+            out, extra = sublayer(normed)
+            out = self.dropout(out)
+            return x + out, extra, (x, normed, out)
+        out, extra = sublayer(x)
+        out = self.dropout(out)
+        summed = x + out
+        normed = self.norm(summed)
+        return normed, extra, (summed, normed, out)
+
+
+def _stats(prefix: str, out_key: str, parts) -> dict:
+    """Per-token statistics of one residual sublayer: (B, T) each."""
+    norm_in, norm_out, out = parts
+    return {
+        f"{prefix}_in_mean": norm_in.mean(-1),
+        f"{prefix}_in_std": norm_in.std(-1, unbiased=False),
+        f"{prefix}_out": norm_out.norm(dim=-1),
+        out_key: out.norm(dim=-1),
+    }
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each in a residual sublayer."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, activation="relu", norm_first=False, eps=1e-5):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, activation, dropout)
+        self.sub1 = Residual(d_model, norm_first, dropout, eps)
+        self.sub2 = Residual(d_model, norm_first, dropout, eps)
+
+    def forward(self, x, mask=None, head_mask=None, stats: bool = False):
+        """(B, T, D) -> (out (B, T, D), weights (B, H, T, T), stats dict or None)."""
+        attn_in = []
+
+        def attend(h):
+            attn_in.append(h)
+            return self.self_attn(h, h, h, mask, head_mask)
+
+        x, weights, p1 = self.sub1(x, attend)
+        x, _, p2 = self.sub2(x, lambda h: (self.ffn(h), None))
+        if not stats:
+            return x, weights, None
+        s = {**_stats("ln1", "attn_out", p1), **_stats("ln2", "ffn_out", p2)}
+        s["value_norms"] = self.self_attn.value_norms(attn_in[0])  # (B, H, T)
+        return x, weights, s
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention over the encoder output, then feed-forward."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.0, activation="relu", norm_first=False, eps=1e-5):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, activation, dropout)
+        self.sub1 = Residual(d_model, norm_first, dropout, eps)
+        self.sub2 = Residual(d_model, norm_first, dropout, eps)
+        self.sub3 = Residual(d_model, norm_first, dropout, eps)
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None, stats: bool = False):
+        """x (B, Tt, D), memory (B, Ts, D) -> (out, self weights (B,H,Tt,Tt), cross weights (B,H,Tt,Ts), stats).
+
+        ``self_mask`` is combined with the causal mask: a target position never sees later ones.
+        """
+        causal = causal_mask(x.size(1), x.device)  # (Tt, Tt)
+        self_mask = causal if self_mask is None else self_mask & causal
+        attn_in = []
+
+        def attend(h):
+            attn_in.append(h)
+            return self.self_attn(h, h, h, self_mask)
+
+        x, self_w, p1 = self.sub1(x, attend)
+        x, cross_w, _ = self.sub2(x, lambda h: self.cross_attn(h, memory, memory, memory_mask))
+        x, _, p3 = self.sub3(x, lambda h: (self.ffn(h), None))
+        if not stats:
+            return x, self_w, cross_w, None
+        s = {**_stats("ln1", "attn_out", p1), **_stats("ln2", "ffn_out", p3)}
+        s["value_norms"] = self.self_attn.value_norms(attn_in[0])
+        return x, self_w, cross_w, s

@@ -1,0 +1,67 @@
+"""Display labels for tokens: cleaned of subword markers, unique per position, word spans."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Byte-level BPE (GPT-2, RoBERTa) marks a leading space with Ġ and a newline with Ċ;
+# SentencePiece (T5, Llama, Marian) marks a leading space with ▁; WordPiece marks a continuation with ##.
+_MARKERS = {"Ġ": " ", "Ċ": "\\n", "ĉ": "\\t", "▁": " "}
+
+
+def clean(token: str) -> str:
+    """A token as a person reads it: subword markers dropped, blanks made visible."""
+    if token.startswith("##") and len(token) > 2:
+        token = token[2:]
+    for marker, plain in _MARKERS.items():
+        token = token.replace(marker, plain)
+    token = token.strip(" ")
+    return token if token else "␣"
+
+
+def labels(tokens) -> list[str]:
+    """Cleaned labels, unique per position: a repeated label gets its position appended."""
+    cleaned = [clean(t) for t in tokens]
+    counts: dict[str, int] = {}
+    for c in cleaned:
+        counts[c] = counts.get(c, 0) + 1
+    return [c if counts[c] == 1 else f"{c} ({i})" for i, c in enumerate(cleaned)]
+
+
+def word_spans(word_ids) -> list[tuple[int, int]]:
+    """Token ranges [start, stop) of each word, in order; tokens with word id -1 stand alone."""
+    spans: list[tuple[int, int]] = []
+    ids = np.asarray(word_ids)
+    start = 0
+    for i in range(1, len(ids) + 1):
+        if i == len(ids) or ids[i] < 0 or ids[i] != ids[start]:
+            spans.append((start, i))
+            start = i
+    return spans
+
+
+def merge_matrix(word_ids) -> np.ndarray:
+    """(W, T) 0/1 matrix that sums token columns into their word's column."""
+    spans = word_spans(word_ids)
+    m = np.zeros((len(spans), len(word_ids)), np.float32)
+    for w, (a, b) in enumerate(spans):
+        m[w, a:b] = 1.0
+    return m
+
+
+def merge_subwords(attn: np.ndarray, word_ids) -> np.ndarray:
+    """Word-level attention from token-level (..., T, T): sum over key pieces, mean over query pieces.
+
+    Rows still sum to 1 (Clark et al. 2019 use the same convention).
+    """
+    m = merge_matrix(word_ids)  # (W, T)
+    keys = attn @ m.T  # (..., T, W)
+    return (m / m.sum(1, keepdims=True)) @ keys  # (..., W, W)
+
+
+def word_labels(tokens, word_ids) -> list[str]:
+    """Labels for merged words: the cleaned pieces joined, unique per position."""
+    words = []
+    for a, b in word_spans(word_ids):
+        words.append("".join(clean(t) if i == a else clean(t).lstrip() for i, t in enumerate(tokens[a:b], a)))
+    return labels(words)
