@@ -1,0 +1,23 @@
+"""attnviz — paste text, pick a model, see what every layer and head attends to.
+
+Run with ``streamlit run app.py``. This is the home page; the views live in pages/.
+"""
+
+import streamlit as st
+
+from attnviz.figures.attention import attention_heatmap
+from attnviz.tokens import labels
+from attnviz.ui.frame import frame, layer_head
+
+f = frame("Home")
+st.title("attnviz")
+st.markdown(
+    "Paste text in the sidebar, choose a model, and see what each layer and head attends to. "
+    "The pages on the left go deeper: every head at a glance, positional encodings, norms, "
+    "head analyses, and training the seed's models."
+)
+trace = f.trace if f.trace.kind != "encoder-decoder" else f.trace.encoder
+layer, head = layer_head(trace.n_layers, trace.n_heads)
+names = labels(trace.tokens)
+fig = attention_heatmap(trace.attentions[layer, head], names, names, f"layer {layer}, head {head}")
+st.plotly_chart(fig, key="home_heatmap")

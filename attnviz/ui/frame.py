@@ -1,0 +1,149 @@
+"""The shared frame on every page: model picker, text box, samples, status line, layer and head.
+
+Widget keys ``model``, ``text``, ``layer`` and ``head`` are bound to the URL's query parameters
+(``bind="query-params"``), so a copied link reproduces the view.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import NamedTuple
+
+import streamlit as st
+
+from attnviz.backends import DEFAULT_MODEL, list_models, open_model
+from attnviz.backends.common import check_text
+
+log = logging.getLogger("attnviz")
+
+SAMPLES = {
+    "Coreference": "The animal didn't cross the street because it was too tired.",
+    "Syntax": "The keys to the cabinet that the old man repaired are on the table.",
+    "Repetition": "Alice gave Bob a book. Later, Bob gave Alice a pen, and Alice thanked Bob.",
+    "Numbers": "On 5 March 2021 the team shipped version 2.0, two years after 1.0.",
+}
+DEFAULT_TEXT = SAMPLES["Coreference"]
+
+
+class Frame(NamedTuple):
+    key: str  # model key
+    model: object  # the loaded backend
+    text: str
+    trace: object  # AttentionTrace or Seq2SeqTrace
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def get_model(key: str):
+    """A loaded model shared by all sessions (stateless; each backend serialises use with its lock)."""
+    return open_model(key)
+
+
+# Traces are frozen with read-only arrays, so one cached object can be shared safely between
+# sessions; cache_resource avoids cache_data's copy of ~75 MB per rerun at 512 tokens.
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _cached_trace(key: str, text: str, target: str | None):
+    return get_model(key).trace(text, target)
+
+
+_session_lock = threading.Lock()
+
+
+def session_models() -> dict:
+    """Models that exist for this session only (trained on the Train page): key -> backend."""
+    with _session_lock:
+        return st.session_state.setdefault("session_models", {})
+
+
+def register_session_model(key: str, backend) -> None:
+    """Make a freshly built model selectable on every page for this session."""
+    session_models()[key] = backend
+    st.session_state.pop("session_traces", None)
+
+
+def resolve(key: str):
+    """The backend behind a key: this session's own models first, then the shared cache."""
+    return session_models().get(key) or get_model(key)
+
+
+def get_trace(key: str, text: str, target: str | None = None):
+    """The trace of ``text`` under model ``key``, cached; session models are cached per session."""
+    if key in session_models():
+        cache = st.session_state.setdefault("session_traces", {})
+        if (key, text, target) not in cache:
+            cache.clear()  # one entry: training pages change the model under the same key
+            cache[(key, text, target)] = session_models()[key].trace(text, target)
+        return cache[(key, text, target)]
+    return _cached_trace(key, text, target)
+
+
+def model_options() -> list[str]:
+    return list_models() + [k for k in session_models() if k not in list_models()]
+
+
+def _use_sample():
+    name = st.session_state.get("sample")
+    if name in SAMPLES:
+        st.session_state["text"] = SAMPLES[name]
+
+
+def sidebar() -> tuple[str, str]:
+    """Model picker, samples and text box; returns (model key, text)."""
+    with st.sidebar:
+        key = st.selectbox(
+            "Model",
+            model_options(),
+            key="model",
+            accept_new_options=True,
+            bind="query-params",
+            help="A built-in model, or type a Hugging Face id (hf:gpt2) or a local folder and press Enter.",
+        )
+        st.selectbox("Sample text", list(SAMPLES), index=None, key="sample", on_change=_use_sample,
+                     placeholder="Choose a sample…")
+        text = st.text_area(
+            "Text", DEFAULT_TEXT, key="text", height=160, bind="query-params",
+            help="Press Ctrl+Enter (or click outside) to run.",
+        )
+    return (key or DEFAULT_MODEL), text
+
+
+def frame(title: str) -> Frame:
+    """Render the shared frame and return the model and trace; stops the page with a message on bad input."""
+    st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
+    key, text = sidebar()
+    try:
+        text = check_text(text)
+        with st.spinner(f"Loading {key} and computing attention…"):
+            model = resolve(key)
+            trace = get_trace(key, text)
+    except ValueError as e:
+        st.error(str(e))
+        st.stop()
+    except Exception as e:  # a fault in a model or library: say so plainly, keep the page alive
+        log.exception("trace failed for %s", key)
+        st.error(f"Could not run {key}: {type(e).__name__}: {e}")
+        st.stop()
+    status(trace)
+    return Frame(key, model, text, trace)
+
+
+def status(trace) -> None:
+    """One line: model, kind, token count and what was truncated."""
+    stacks = [trace] if trace.kind != "encoder-decoder" else [trace.encoder, trace.decoder]
+    counts = " → ".join(str(s.n_tokens) for s in stacks)
+    line = f"**{trace.model}** · {trace.kind} · {counts} tokens"
+    if trace.truncated:
+        line += f" · ⚠️ {trace.truncated} tokens cut to fit the model's {stacks[0].n_tokens} positions"
+    st.caption(line)
+
+
+def layer_head(n_layers: int, n_heads: int, with_mean: bool = False) -> tuple[int, int | None]:
+    """Layer and head pickers (indices from 0, as in Hugging Face outputs), bound to the URL.
+
+    With ``with_mean`` the head picker offers "mean" (returned as None) for the layer's average.
+    """
+    heads = (["mean"] if with_mean else []) + list(range(n_heads))
+    c1, c2 = st.columns(2)
+    layer = c1.selectbox("Layer", list(range(n_layers)), key="layer", bind="query-params")
+    head = c2.selectbox("Head", heads, index=1 if with_mean else 0, key="head", bind="query-params")
+    return int(layer), (None if head == "mean" else int(head))
