@@ -1,5 +1,88 @@
+"""Shared fixtures: the repo root on sys.path, a real Streamlit server and a real browser."""
+
+import os
+import shutil
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+SCREENSHOTS = ROOT / "tests" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(env: dict | None = None, timeout: float = 90):
+    """``streamlit run app.py`` on a free loopback port -> (process, base URL); waits for health."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+         "--server.address", "127.0.0.1", "--server.port", str(port)],
+        cwd=ROOT, env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited: {proc.stderr.read()[-2000:]}")
+        try:
+            if urllib.request.urlopen(url + "/_stcore/health", timeout=2).read() == b"ok":
+                return proc, url
+        except OSError:
+            time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError("streamlit did not become healthy in time")
+
+
+@pytest.fixture(scope="session")
+def app_url():
+    """A real Streamlit server for the whole session; stopped by its PID at the end."""
+    proc, url = start_server()
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium driven by Playwright (never ``playwright install``)."""
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail("Chromium is missing: apt-get install chromium (.ci/run does this)")
+        pytest.skip("end-to-end tests need Debian's chromium: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, request):
+    """A fresh browser page; a screenshot of it is saved under tests/screenshots/<test name>.png."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    yield pg
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        pg.screenshot(path=str(SCREENSHOTS / f"{request.node.name}.png"), full_page=True)
+    finally:
+        context.close()

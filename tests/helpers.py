@@ -1,0 +1,22 @@
+"""Small helpers for tests that read rendered Streamlit charts."""
+
+import base64
+import json
+
+import numpy as np
+
+
+def decode(v):
+    """A plotly array as numpy: plotly ≥ 6 sends numpy arrays as {dtype, bdata (base64), shape}."""
+    if isinstance(v, dict) and "bdata" in v:
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"])
+        shape = v.get("shape")
+        if isinstance(shape, str):
+            shape = [int(s) for s in shape.split(",")]
+        return a.reshape(shape) if shape else a
+    return np.asarray(v)
+
+
+def chart_specs(at) -> list[dict]:
+    """Every plotly chart on an AppTest page, as its figure dict."""
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]

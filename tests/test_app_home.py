@@ -1,0 +1,42 @@
+"""The home page: the shared frame and one head's heatmap, in real Streamlit."""
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+import attnviz
+from attnviz.tokens import labels
+from helpers import chart_specs, decode
+
+
+def _run(**params):
+    at = AppTest.from_file("../app.py", default_timeout=90)
+    for k, v in params.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def test_home_heatmap_equals_trace_for_url_state():
+    text = "Dogs chase cats. Cats chase mice."
+    at = _run(text=text, layer="2", head="5")
+    assert not at.exception and not at.error
+    spec = chart_specs(at)[0]
+    t = attnviz.trace(text)
+    heat = spec["data"][0]
+    np.testing.assert_allclose(decode(heat["z"]), t.attentions[2, 5], atol=1e-6)
+    assert heat["y"] == labels(t.tokens)
+    assert at.text_area(key="text").value == text
+
+
+def test_home_escapes_markup_in_labels():
+    at = _run(text='<a href="x">click</a> <b>bold</b>')
+    spec = chart_specs(at)[0]
+    ticks = spec["data"][0]["x"]
+    assert any("&lt;" in s for s in ticks) and not any("<" in s for s in ticks)
+
+
+def test_empty_text_gets_a_message_not_a_traceback():
+    at = AppTest.from_file("../app.py", default_timeout=90).run()
+    at.text_area(key="text").set_value("   ").run()
+    assert not at.exception
+    assert "empty" in at.error[0].value
+    assert at.text_area(key="text").value == "   "
