@@ -106,7 +106,7 @@ def _n_heads(config, decoder: bool) -> int:
 
 
 class Recorder:
-    """What the hooks saw in one forward pass; ``norms()`` turns it into per-stack statistics."""
+    """What the hooks saw in one forward pass; ``norms(side)`` turns it into one stack's statistics."""
 
     def __init__(self, net):
         self.net = net
@@ -135,16 +135,20 @@ class Recorder:
 
         return hook
 
-    def norms(self) -> list[dict]:
-        """Per stack in module order: {statistic: (L, T) array, value_norms: (L, H, T)}; {} if incomplete."""
-        result = []
-        for s, stack in enumerate(self.stacks):
-            try:
-                result.append(self._stack_norms(s, stack))
-            except (KeyError, RuntimeError, ValueError) as e:
-                log.warning("norm statistics of %s skipped: %s", stack.path, e)
-                result.append({})
-        return result
+    def norms(self, side: str = "") -> dict:
+        """{statistic: (L, T), value_norms: (L, H, T)} of one stack, {} if none or incomplete.
+
+        ``side`` is "encoder" or "decoder" for an encoder–decoder, "" for a model with one stack.
+        """
+        chosen = [(i, stack) for i, stack in enumerate(self.stacks) if not side or stack.decoder == (side == "decoder")]
+        if len(chosen) != 1:
+            return {}
+        s, stack = chosen[0]
+        try:
+            return self._stack_norms(s, stack)
+        except (KeyError, RuntimeError, ValueError) as e:  # a layer skipped or reshaped: no statistics, still a trace
+            log.warning("norm statistics of %s skipped: %s", stack.path, e)
+            return {}
 
     def _stack_norms(self, s: int, stack: Stack) -> dict:
         H = _n_heads(self.net.config, stack.decoder)
