@@ -6,7 +6,7 @@ legend in ``attnviz/__init__.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Mapping
 
 import numpy as np
@@ -33,6 +33,11 @@ def _frozen(a, dtype=None) -> np.ndarray:
     return a
 
 
+def _reduce(self):
+    """Pickle through the constructor, so an unpickled copy (what st.cache_data hands out) is read-only too."""
+    return type(self), tuple(getattr(self, f.name) for f in fields(self))
+
+
 @dataclass(frozen=True)
 class AttentionTrace:
     """One model stack run on one text: tokens, attention weights, hidden states, statistics."""
@@ -47,6 +52,8 @@ class AttentionTrace:
     kind: str = "encoder"  # "encoder" (bidirectional) or "decoder" (causal)
     text: str = ""
     truncated: int = 0  # how many tokens were cut to fit the model's positions
+
+    __reduce__ = _reduce
 
     def __post_init__(self):
         T = len(self.tokens)
@@ -119,6 +126,8 @@ class Seq2SeqTrace:
     decoder: AttentionTrace  # target tokens (Tt,), kind "decoder"
     cross_attentions: np.ndarray  # (L, H, Tt, Ts): decoder queries over encoder keys
     generated: bool = False  # True when the target is the model's own greedy output
+
+    __reduce__ = _reduce
 
     def __post_init__(self):
         cross = _frozen(self.cross_attentions, np.float32)
