@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 # Byte-level BPE (GPT-2, RoBERTa) marks a leading space with Ġ and a newline with Ċ;
@@ -21,11 +23,11 @@ def clean(token: str) -> str:
 
 def labels(tokens) -> list[str]:
     """Cleaned labels, unique per position: a repeated label gets its position appended."""
-    cleaned = [clean(t) for t in tokens]
-    counts: dict[str, int] = {}
-    for c in cleaned:
-        counts[c] = counts.get(c, 0) + 1
-    return [c if counts[c] == 1 else f"{c} ({i})" for i, c in enumerate(cleaned)]
+    out = [clean(t) for t in tokens]
+    while len(set(out)) < len(out):  # again if a suffixed label meets a token that reads "a (1)" already
+        counts = Counter(out)
+        out = [c if counts[c] == 1 else f"{c} ({i})" for i, c in enumerate(out)]
+    return out
 
 
 def word_spans(word_ids) -> list[tuple[int, int]]:
