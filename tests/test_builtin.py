@@ -120,7 +120,8 @@ def test_value_norms_from_raw_weights(runs):
     """Kobayashi et al.'s ‖f_h(x_j)‖ straight from the safetensors file and our hidden states."""
     trace, _ = runs["short"]
     w = load_file(minilm_path() / "model.safetensors")
-    w = {k.removeprefix("bert."): v.double().numpy() for k, v in w.items() if k.endswith(("value.weight", "value.bias", "output.dense.weight"))}
+    wanted = ("value.weight", "value.bias", "output.dense.weight")
+    w = {k.removeprefix("bert."): v.double().numpy() for k, v in w.items() if k.endswith(wanted)}
     for l in range(6):
         x = trace.hidden_states[l].astype(np.float64)  # (T, D)
         p = f"encoder.layer.{l}.attention."

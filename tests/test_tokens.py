@@ -13,7 +13,8 @@ from attnviz.tokens import clean, labels, merge_matrix, merge_subwords, word_lab
 
 @pytest.mark.parametrize("token,shown", [
     ("##ing", "ing"), ("##", "##"), ("[CLS]", "[CLS]"), ("hello", "hello"),  # WordPiece
-    ("Ġhello", "hello"), ("Ġ", "␣"), ("ĠĠ", "␣"), ("Ċ", "\\n"), ("ĊĊ", "\\n\\n"), ("ĉ", "\\t"),  # GPT-2 byte-level BPE
+    # GPT-2 byte-level BPE
+    ("Ġhello", "hello"), ("Ġ", "␣"), ("ĠĠ", "␣"), ("Ċ", "\\n"), ("ĊĊ", "\\n\\n"), ("ĉ", "\\t"),
     ("▁the", "the"), ("▁", "␣"), ("▁▁▁", "␣"), ("</s>", "</s>"),  # SentencePiece
     ("<b>", "<b>"),  # markup stays text here; escaping is the figures' job
 ])

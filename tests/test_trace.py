@@ -115,7 +115,8 @@ def test_seq2seq_trace():
 @pytest.mark.parametrize("kwargs,message", [
     (dict(cross_attentions=attention(Tq=T, Tk=3)), r"cross-attentions must be \(layers, heads, 3 target, 4 source"),
     (dict(cross_attentions=np.zeros((L, 3, T))), "cross-attentions must be"),
-    (dict(cross_attentions=attention(H=H + 1, Tq=3, Tk=T)), "cross-attentions have 2 layers × 4 heads but the decoder has 2 × 3"),
+    (dict(cross_attentions=attention(H=H + 1, Tq=3, Tk=T)),
+     "cross-attentions have 2 layers × 4 heads but the decoder has 2 × 3"),
     (dict(decoder=AttentionTrace(tokens=("a", "b", "c"), attentions=attention(Tq=3, Tk=3))), "must be causal"),
 ])
 def test_seq2seq_validation(kwargs, message):
