@@ -14,6 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tiny_models import tiny_model  # noqa: E402,F401  session fixture: tiny_model(family) -> saved HF model folder
+
 SCREENSHOTS = ROOT / "tests" / "screenshots"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [

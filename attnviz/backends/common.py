@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import threading
+from bisect import bisect_right
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -32,12 +34,18 @@ class Encoded(NamedTuple):
 def encode(tokenizer, text: str, max_tokens: int) -> Encoded:
     """Tokenize ``text`` with a fast tokenizer, keeping at most ``max_tokens`` (specials included)."""
     full = tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"]
-    enc = tokenizer(text, add_special_tokens=True, truncation=True, max_length=max_tokens)
+    enc = tokenizer(text, add_special_tokens=True, truncation=True, max_length=max_tokens, return_offsets_mapping=True)
     ids = enc["input_ids"]
     special = np.array(
         tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True), dtype=bool
     )
     words = np.array([-1 if w is None else w for w in enc.word_ids()], dtype=np.int64)
+    # SentencePiece tokenizers that do not pre-split (Llama 2, Mistral) put every token in word 0:
+    # where whitespace finds more words than the tokenizer does, use whitespace-separated words.
+    starts = [m.start() for m in re.finditer(r"\S+", text)]
+    spaced = np.array([bisect_right(starts, max(end - 1, 0)) - 1 for _, end in enc["offset_mapping"]], np.int64)
+    if len(set(spaced[~special])) > len(set(words[~special])):
+        words = spaced
     words[special] = -1
     tokens = tuple(tokenizer.convert_ids_to_tokens(ids))
     return Encoded(ids, tokens, special, words, max(0, len(full) - len(ids)))
