@@ -11,8 +11,30 @@ import numpy as np
 _MARKERS = {"Ġ": " ", "Ċ": "\\n", "ĉ": "\\t", "▁": " "}
 
 
+def _byte_symbols() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, symbol -> byte: printable Latin-1 stands for itself, other bytes from U+0100."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    moved = [b for b in range(256) if b not in keep]
+    return {**{chr(b): b for b in keep}, **{chr(256 + i): b for i, b in enumerate(moved)}}
+
+
+_BYTE_OF = _byte_symbols()
+
+
+def _unbyte(token: str) -> str:
+    """A byte-level token that spells non-ASCII text one symbol per byte ("ĠcafÃ©") as that text (" café")."""
+    if token.isascii():
+        return token
+    try:
+        text = bytes(_BYTE_OF[c] for c in token).decode("utf-8")
+    except (KeyError, UnicodeDecodeError):  # not byte-level, or a character split across tokens
+        return token
+    return token if text.isascii() else text
+
+
 def clean(token: str) -> str:
     """A token as a person reads it: subword markers dropped, blanks made visible."""
+    token = _unbyte(token)
     if token.startswith("##") and len(token) > 2:
         token = token[2:]
     for marker, plain in _MARKERS.items():
