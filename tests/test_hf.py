@@ -30,12 +30,13 @@ REFERENCE = {
     "gpt2": tf.GPT2LMHeadModel,
     "llama": tf.LlamaForCausalLM,
     "t5": tf.T5ForConditionalGeneration,
+    "byt5": tf.T5ForConditionalGeneration,
     "bart": tf.BartForConditionalGeneration,
     "marian": tf.MarianMTModel,
     "encoder-decoder": tf.EncoderDecoderModel,
 }
 KIND = {"gpt2": "decoder", "llama": "decoder"}
-KIND |= dict.fromkeys(["t5", "bart", "marian", "encoder-decoder"], "encoder-decoder")
+KIND |= dict.fromkeys(["t5", "byt5", "bart", "marian", "encoder-decoder"], "encoder-decoder")
 
 
 def reference(folder, family):

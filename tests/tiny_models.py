@@ -19,7 +19,7 @@ import transformers as tf
 
 from attnviz.backends.builtin import minilm_path
 
-FAMILIES = ("bert", "roberta", "distilbert", "gpt2", "llama", "t5", "bart", "marian", "encoder-decoder")
+FAMILIES = ("bert", "roberta", "distilbert", "gpt2", "llama", "t5", "byt5", "bart", "marian", "encoder-decoder")
 NO_ATTENTION = ("fnet",)  # mixes tokens with a Fourier transform: no attention weights to show
 
 CORPUS = [
@@ -89,6 +89,8 @@ def tokenizer(family: str):
         return tf.LlamaTokenizer(*_metaspace_bpe(), add_bos_token=True)
     if family in ("t5", "marian"):
         return tf.T5Tokenizer(vocab=_unigram(), extra_ids=0)
+    if family == "byt5":
+        return tf.ByT5Tokenizer()  # a Python tokenizer over UTF-8 bytes: no tokenizer.json, no word ids
     raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
 
 
@@ -122,10 +124,10 @@ def model(family: str, vocab_size: int):
         config.update(dict(num_attention_heads=h, num_key_value_heads=2, max_position_embeddings=p))
         config.bos_token_id, config.eos_token_id = 1, 2
         return tf.LlamaForCausalLM(config)
-    if family == "t5":
-        # One more decoder layer than encoder layers: nothing may assume the two stacks match.
+    if family in ("t5", "byt5"):
+        # T5: one more decoder layer than encoder layers, so nothing may assume the two stacks match.
         config = tf.T5Config(vocab_size=vocab_size, d_model=d, d_kv=d // h, d_ff=f, num_heads=h)
-        config.update(dict(num_layers=n, num_decoder_layers=n + 1))
+        config.update(dict(num_layers=n, num_decoder_layers=n + (family == "t5")))
         config.pad_token_id, config.eos_token_id, config.decoder_start_token_id = 0, 1, 0
         return tf.T5ForConditionalGeneration(config)
     if family == "bart":

@@ -31,22 +31,32 @@ class Encoded(NamedTuple):
     truncated: int  # tokens dropped to fit max_tokens
 
 
+def _word_ids(enc, text: str, special: np.ndarray) -> np.ndarray:
+    """(T,) word index of each token, -1 for special tokens."""
+    if not enc.is_fast:  # Python tokenizers (ByT5's bytes) know no words: each token stands alone
+        words = np.arange(len(special))
+    else:
+        words = np.array([-1 if w is None else w for w in enc.word_ids()], dtype=np.int64)
+        # SentencePiece tokenizers that do not pre-split (Llama 2, Mistral) put every token in word 0:
+        # where whitespace finds more words than the tokenizer does, use whitespace-separated words.
+        starts = [m.start() for m in re.finditer(r"\S+", text)]
+        spaced = np.array([bisect_right(starts, max(end - 1, 0)) - 1 for _, end in enc["offset_mapping"]], np.int64)
+        if len(set(spaced[~special])) > len(set(words[~special])):
+            words = spaced
+    words[special] = -1
+    return words
+
+
 def encode(tokenizer, text: str, max_tokens: int) -> Encoded:
-    """Tokenize ``text`` with a fast tokenizer, keeping at most ``max_tokens`` (specials included)."""
+    """Tokenize ``text``, keeping at most ``max_tokens`` (specials included)."""
     full = tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"]
-    enc = tokenizer(text, add_special_tokens=True, truncation=True, max_length=max_tokens, return_offsets_mapping=True)
+    fast = bool(getattr(tokenizer, "is_fast", False))
+    enc = tokenizer(text, add_special_tokens=True, truncation=True, max_length=max_tokens, return_offsets_mapping=fast)
     ids = enc["input_ids"]
     special = np.array(
         tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True), dtype=bool
     )
-    words = np.array([-1 if w is None else w for w in enc.word_ids()], dtype=np.int64)
-    # SentencePiece tokenizers that do not pre-split (Llama 2, Mistral) put every token in word 0:
-    # where whitespace finds more words than the tokenizer does, use whitespace-separated words.
-    starts = [m.start() for m in re.finditer(r"\S+", text)]
-    spaced = np.array([bisect_right(starts, max(end - 1, 0)) - 1 for _, end in enc["offset_mapping"]], np.int64)
-    if len(set(spaced[~special])) > len(set(words[~special])):
-        words = spaced
-    words[special] = -1
+    words = _word_ids(enc, text, special)
     tokens = tuple(tokenizer.convert_ids_to_tokens(ids))
     return Encoded(ids, tokens, special, words, max(0, len(full) - len(ids)))
 

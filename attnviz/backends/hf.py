@@ -233,7 +233,7 @@ def _decoder_start(net, tokenizer) -> int:
     gen = getattr(net, "generation_config", None)
     candidates = (
         getattr(gen, "decoder_start_token_id", None),
-        net.config.decoder_start_token_id,
+        getattr(net.config, "decoder_start_token_id", None),
         getattr(getattr(net.config, "decoder", None), "bos_token_id", None),
         tokenizer.bos_token_id,
         tokenizer.cls_token_id,
