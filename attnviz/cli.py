@@ -1,0 +1,124 @@
+"""The command line: ``python -m attnviz models | trace | plot``.
+
+Bad input (an empty text, a missing file, a layer out of range) gets one plain line on stderr and
+exit status 2, as argparse does for bad arguments; a model that fails to run gets exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import sys
+from pathlib import Path
+
+
+class InputError(Exception):
+    """Something the user can fix: printed as one line, exit status 2."""
+
+
+def _text(args) -> str:
+    if args.file is not None:
+        try:
+            return Path(args.file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise InputError(f"cannot read {args.file!r}: {reason}") from None
+    return sys.stdin.read() if args.text == "-" else args.text
+
+
+def _trace(args):
+    import attnviz
+
+    try:
+        return attnviz.trace(_text(args), model=args.model, target=args.target)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
+def cmd_models(args) -> None:
+    from attnviz import list_models
+
+    print("\n".join(list_models()))
+
+
+def cmd_trace(args) -> None:
+    from attnviz.export import to_npz
+
+    out = Path(args.out)
+    if out.suffix.lower() != ".npz":
+        raise InputError(f"--out must name a .npz file, not {out.name!r}")
+    data = to_npz(_trace(args))
+    _write(out, lambda: out.write_bytes(data))
+    print(f"wrote {out} ({len(data) / 1e6:.2f} MB)", file=sys.stderr)
+
+
+def cmd_plot(args) -> None:
+    from attnviz.export import IMAGE_FORMATS, head_matrix, write_figure
+    from attnviz.figures.attention import attention_heatmap
+
+    if Path(args.out).suffix.lower().lstrip(".") not in ("html", *IMAGE_FORMATS):
+        raise InputError(f"--out must end in .html, {', '.join('.' + e for e in IMAGE_FORMATS)}, not {args.out!r}")
+    trace = _trace(args)
+    try:
+        attn, q, k = head_matrix(trace, args.layer, args.head, args.stack)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    where = "" if args.stack == "encoder" or trace.kind != "encoder-decoder" else f"{args.stack} · "
+    title = f"{html.escape(trace.model)} · {where}layer {args.layer}, head {args.head}"
+    fig = attention_heatmap(attn, q, k, title)
+    _write(Path(args.out), lambda: write_figure(fig, args.out, offline=not args.cdn))
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+def _write(path: Path, write) -> None:
+    try:
+        write()
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    except OSError as e:
+        raise InputError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m attnviz",
+        description="Run text through a transformer and save what its attention heads do.",
+        epilog="Models: the keys `models` lists, hf:<Hugging Face id or folder>, or a local folder.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="{models,trace,plot}")
+    sub.add_parser("models", help="list the built-in model keys").set_defaults(run=cmd_models)
+
+    def text_command(name: str, help: str) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help, description=help)
+        c.add_argument("--model", default="builtin:minilm", help="model key (default: builtin:minilm)")
+        src = c.add_mutually_exclusive_group(required=True)
+        src.add_argument("--text", help="the text to run; - reads it from standard input")
+        src.add_argument("--file", help="read the text from this UTF-8 file")
+        c.add_argument("--target", help="the decoder's text for encoder–decoder models (default: greedy output)")
+        c.add_argument("--out", required=True, help=".npz" if name == "trace" else ".html, .png, .svg or .pdf")
+        return c
+
+    text_command("trace", "save the whole trace (attentions, hidden states, norms, tokens) as .npz"
+                 ).set_defaults(run=cmd_trace)
+    plot = text_command("plot", "save one head's attention heatmap as HTML or an image")
+    plot.add_argument("--layer", type=int, default=0, help="layer index from 0 (default 0)")
+    plot.add_argument("--head", type=int, default=0, help="head index from 0 (default 0)")
+    plot.add_argument("--stack", choices=("encoder", "decoder", "cross"), default="encoder",
+                      help="for encoder–decoder models: which attention to plot (default encoder)")
+    plot.add_argument("--cdn", action="store_true",
+                      help="HTML loads plotly.js from its CDN (~10 kB file) instead of inlining it (~4.8 MB, works offline)")
+    plot.set_defaults(run=cmd_plot)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        args.run(args)
+    except InputError as e:
+        print(f"attnviz: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a fault in a model or library: one line, not a traceback
+        print(f"attnviz: error: {args.command} failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    return 0

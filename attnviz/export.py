@@ -1,0 +1,233 @@
+"""Files behind a view: the whole trace as ``.npz``, a head or the head statistics as CSV, a figure as HTML.
+
+Pure functions (no Streamlit): the app's download buttons and the command line both use them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .tokens import labels
+from .trace import AttentionTrace, Seq2SeqTrace
+
+FORMAT = "attnviz.trace"
+VERSION = 1
+IMAGE_FORMATS = ("png", "svg", "pdf")
+
+
+def file_stem(model: str) -> str:
+    """``attnviz_<model>`` with only characters no file system minds: ``attnviz_builtin-minilm``."""
+    return "attnviz_" + (re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-.") or "model")
+
+
+def figure_name(model: str, layer: int, head: int | None, view: str = "") -> str:
+    """A figure's file name stem: ``attnviz_builtin-minilm_L3_H7`` (``view`` goes before the layer)."""
+    return "_".join([file_stem(model)] + ([view] if view else []) + [f"L{layer}", f"H{'mean' if head is None else head}"])
+
+
+def _stack_meta(t: AttentionTrace) -> dict:
+    return {
+        "model": t.model,
+        "kind": t.kind,
+        "text": t.text,
+        "truncated": int(t.truncated),
+        "tokens": list(t.tokens),
+        "norms": sorted(t.norms),
+        "hidden_states": t.hidden_states is not None,
+    }
+
+
+def metadata(trace) -> dict:
+    """Everything in a trace that is not an array, as plain JSON-ready values."""
+    head = {"format": FORMAT, "version": VERSION}
+    if isinstance(trace, Seq2SeqTrace):
+        return {**head, "kind": trace.kind, "generated": bool(trace.generated),
+                "encoder": _stack_meta(trace.encoder), "decoder": _stack_meta(trace.decoder)}
+    return {**head, **_stack_meta(trace)}
+
+
+def _stack_arrays(t: AttentionTrace, prefix: str = "") -> dict[str, np.ndarray]:
+    arrays = {"attentions": t.attentions, "special": t.special, "word_ids": t.word_ids}
+    if t.hidden_states is not None:
+        arrays["hidden_states"] = t.hidden_states
+    arrays |= {f"norms/{k}": v for k, v in t.norms.items()}
+    return {prefix + k: v for k, v in arrays.items()}
+
+
+def to_npz(trace) -> bytes:
+    """The trace as ``.npz``: its arrays plus ``meta``, a JSON string; loads with allow_pickle=False.
+
+    Uncompressed: float32 weights barely compress (75 MB -> 75 MB at 512 tokens) and zipping takes seconds.
+    """
+    if isinstance(trace, Seq2SeqTrace):
+        arrays = _stack_arrays(trace.encoder, "encoder/") | _stack_arrays(trace.decoder, "decoder/")
+        arrays["cross_attentions"] = trace.cross_attentions
+    else:
+        arrays = _stack_arrays(trace)
+    # A 0-d unicode array, not an object array: numpy reads it back without pickle.
+    arrays["meta"] = np.array(json.dumps(metadata(trace), ensure_ascii=False))
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _stack_from(files, meta: dict, prefix: str = "") -> AttentionTrace:
+    return AttentionTrace(
+        tokens=meta["tokens"],
+        attentions=files[prefix + "attentions"],
+        hidden_states=files[prefix + "hidden_states"] if meta["hidden_states"] else None,
+        norms={k: files[f"{prefix}norms/{k}"] for k in meta["norms"]},
+        special=files[prefix + "special"],
+        word_ids=files[prefix + "word_ids"],
+        model=meta["model"],
+        kind=meta["kind"],
+        text=meta["text"],
+        truncated=meta["truncated"],
+    )
+
+
+def from_npz(source) -> AttentionTrace | Seq2SeqTrace:
+    """Read a trace written by ``to_npz`` (bytes, a path or a binary file)."""
+    if isinstance(source, (bytes, bytearray)):
+        source = io.BytesIO(source)
+    with np.load(source, allow_pickle=False) as files:
+        if "meta" not in files.files:
+            raise ValueError("this .npz is not an attnviz trace: it has no 'meta' member")
+        meta = json.loads(str(files["meta"]))
+        if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+            raise ValueError(f"unsupported trace file: format {meta.get('format')!r}, version {meta.get('version')!r}")
+        if meta["kind"] == "encoder-decoder":
+            return Seq2SeqTrace(
+                encoder=_stack_from(files, meta["encoder"], "encoder/"),
+                decoder=_stack_from(files, meta["decoder"], "decoder/"),
+                cross_attentions=files["cross_attentions"],
+                generated=meta["generated"],
+            )
+        return _stack_from(files, meta)
+
+
+def head_matrix(trace, layer: int, head: int | None, stack: str = "encoder") -> tuple[np.ndarray, list, list]:
+    """One head's (Tq, Tk) weights with query and key labels; ``head`` None is the layer's mean over heads.
+
+    ``stack`` picks "encoder", "decoder" or "cross" attention of an encoder–decoder trace.
+    """
+    if isinstance(trace, Seq2SeqTrace):
+        stacks = {"encoder": (trace.encoder.attentions, trace.encoder, trace.encoder),
+                  "decoder": (trace.decoder.attentions, trace.decoder, trace.decoder),
+                  "cross": (trace.cross_attentions, trace.decoder, trace.encoder)}
+        if stack not in stacks:
+            raise ValueError(f"stack must be one of {', '.join(stacks)}, not {stack!r}")
+        attn, queries, keys = stacks[stack]
+    else:
+        attn, queries, keys = trace.attentions, trace, trace
+    L, H = attn.shape[:2]
+    if not 0 <= layer < L:
+        raise ValueError(f"layer {layer} is out of range for {trace.model} (0–{L - 1})")
+    if head is not None and not 0 <= head < H:
+        raise ValueError(f"head {head} is out of range for {trace.model} (0–{H - 1})")
+    a = attn[layer].mean(0) if head is None else attn[layer, head]  # (Tq, Tk)
+    return a, labels(queries.tokens), labels(keys.tokens)
+
+
+def _cell(label: str) -> str:
+    """A label safe in a spreadsheet: a leading = + - @ would make Excel read a formula (CSV injection)."""
+    return "'" + label if len(label) > 1 and label[0] in "=+-@\t\r" else label
+
+
+def matrix_csv(attn: np.ndarray, q_labels, k_labels) -> str:
+    """A (Tq, Tk) matrix as CSV: a header of key labels, then one row per query."""
+    attn = np.asarray(attn)
+    if attn.shape != (len(q_labels), len(k_labels)):
+        raise ValueError(f"matrix is {attn.shape} but there are {len(q_labels)} × {len(k_labels)} labels")
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["query \\ key"] + [_cell(k) for k in k_labels])
+    for q, row in zip(q_labels, attn):
+        w.writerow([_cell(q)] + [f"{x:.6g}" for x in row])
+    return out.getvalue()
+
+
+STAT_COLUMNS = ("entropy_bits", "max_weight", "to_special", "to_self", "to_previous", "mean_distance")
+
+
+def head_stats(attn: np.ndarray, special_keys: np.ndarray, self_attention: bool = True) -> dict[str, np.ndarray]:
+    """Per-head summaries of (L, H, Tq, Tk) weights, each (L, H), averaged over queries.
+
+    entropy in bits, the largest weight, weight on special keys ([CLS], [SEP], …); for self-attention
+    also the weight on the query itself, on the previous token, and the mean distance |i − j|.
+    """
+    a = np.asarray(attn, np.float64)
+    Tq, Tk = a.shape[-2:]
+    logs = np.log2(np.where(a > 0, a, 1.0))
+    stats = {
+        "entropy_bits": -(a * logs).sum(-1).mean(-1),
+        "max_weight": a.max(-1).mean(-1),
+        "to_special": a[..., np.asarray(special_keys, bool)].sum(-1).mean(-1),
+    }
+    nan = np.full(a.shape[:2], np.nan)
+    if self_attention and Tq == Tk:
+        i = np.arange(Tq)
+        stats["to_self"] = a[..., i, i].mean(-1)
+        stats["to_previous"] = a[..., i[1:], i[:-1]].mean(-1) if Tq > 1 else nan
+        stats["mean_distance"] = (a * np.abs(i[:, None] - i[None, :])).sum(-1).mean(-1)
+    else:
+        stats |= {"to_self": nan, "to_previous": nan, "mean_distance": nan}
+    return stats
+
+
+def stats_csv(trace) -> str:
+    """``head_stats`` of every stack in the trace as CSV: one row per (stack, layer, head)."""
+    if isinstance(trace, Seq2SeqTrace):
+        parts = [("encoder", trace.encoder.attentions, trace.encoder.special, True),
+                 ("decoder", trace.decoder.attentions, trace.decoder.special, True),
+                 ("cross", trace.cross_attentions, trace.encoder.special, False)]
+    else:
+        parts = [(trace.kind, trace.attentions, trace.special, True)]
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["stack", "layer", "head", *STAT_COLUMNS])
+    for name, attn, special, is_self in parts:
+        s = head_stats(attn, special, is_self)
+        L, H = attn.shape[:2]
+        for layer in range(L):
+            for head in range(H):
+                w.writerow([name, layer, head, *(f"{s[c][layer, head]:.6g}" for c in STAT_COLUMNS)])
+    return out.getvalue()
+
+
+def figure_html(fig, offline: bool = True) -> str:
+    """A standalone HTML page of ``fig``. ``offline`` inlines plotly.js (~4.8 MB) so the file works
+    without a network and keeps working as CDNs change; ``offline=False`` loads it from the CDN (~10 kB)."""
+    return fig.to_html(include_plotlyjs=True if offline else "cdn", full_html=True,
+                       config={"displaylogo": False})
+
+
+def write_figure(fig, path, offline: bool = True) -> Path:
+    """Write ``fig`` to ``path``: .html (plotly.js inlined unless ``offline`` is False), or .png/.svg/.pdf.
+
+    Images are rendered by kaleido, which needs Chrome or Chromium on this machine.
+    """
+    path = Path(path)
+    ext = path.suffix.lower().lstrip(".")
+    if ext == "html":
+        path.write_text(figure_html(fig, offline), encoding="utf-8")
+        return path
+    if ext not in IMAGE_FORMATS:
+        raise ValueError(f"cannot write {path.name!r}: the file name must end in .html, "
+                         + ", ".join(f".{e}" for e in IMAGE_FORMATS))
+    try:
+        from choreographer.browsers.chromium import Chromium  # kaleido's browser driver
+    except ImportError:
+        raise ValueError(f"writing .{ext} needs the kaleido package (pip install kaleido==1.5.0); "
+                         ".html does not") from None
+    if Chromium.find_browser(skip_local=False) is None:
+        raise ValueError(f"writing .{ext} needs Chrome or Chromium for kaleido (apt-get install chromium, "
+                         "or set BROWSER_PATH); .html needs neither")
+    path.write_bytes(fig.to_image(format=ext, scale=1 if ext != "png" else 2))
+    return path

@@ -1,0 +1,175 @@
+"""Share and export: the link that reproduces a view, download buttons, notes on links, operator settings.
+
+The frame binds ``model``, ``text``, ``layer`` and ``head`` to the URL. Streamlit drops a link's
+invalid values without a word, so a session's first run keeps the raw query parameters
+(``read_link``) and the frame compares them with what its widgets ended up with.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from urllib.parse import urlencode, urlsplit
+
+import streamlit as st
+
+from attnviz import export
+
+log = logging.getLogger("attnviz")
+
+LINK_KEYS = ("model", "text", "layer", "head")
+DEFAULT_MAX_CHARS = 20_000
+_LINK = "_link"  # session-state key of the link's raw parameters and pending fallback
+
+
+def _secret(name: str):
+    """``[attnviz] name`` from .streamlit/secrets.toml (or the host's secrets), None when unset."""
+    try:
+        return st.secrets.get("attnviz", {}).get(name)
+    except FileNotFoundError:  # no secrets file at all
+        return None
+
+
+def allowed_models() -> list[str] | None:
+    """ATTNVIZ_MODELS (comma list) or secrets ``[attnviz] models``: the only models offered; None: any."""
+    raw = os.environ.get("ATTNVIZ_MODELS") or _secret("models")
+    if not raw:
+        return None
+    items = raw.split(",") if isinstance(raw, str) else raw
+    return [k for k in (str(i).strip() for i in items) if k] or None
+
+
+def max_chars() -> int:
+    """ATTNVIZ_MAX_CHARS or secrets ``[attnviz] max_chars``: the longest text the text box takes."""
+    raw = os.environ.get("ATTNVIZ_MAX_CHARS") or _secret("max_chars")
+    if raw is None or raw == "":
+        return DEFAULT_MAX_CHARS
+    try:
+        n = int(raw)
+    except (TypeError, ValueError):
+        n = 0
+    if n <= 0:
+        log.warning("ATTNVIZ_MAX_CHARS must be a positive whole number, not %r; using %d", raw, DEFAULT_MAX_CHARS)
+        return DEFAULT_MAX_CHARS
+    return n
+
+
+def check_allowed(key: str, options: list[str]) -> None:
+    """A ValueError when models are locked to an allowlist and ``key`` is not among ``options`` (forged)."""
+    if allowed_models() is not None and key not in options:
+        raise ValueError(f"Model {key!r} is not offered here; choose one of: {', '.join(options)}.")
+
+
+def note(message: str) -> None:
+    st.warning(message, icon="🔗")
+
+
+def read_link() -> None:
+    """Call at the top of every run: keeps a new session's raw link parameters and applies a fallback."""
+    link = st.session_state.get(_LINK)
+    if link is None:
+        st.session_state[_LINK] = {"raw": {k: st.query_params.get_all(k) for k in LINK_KEYS}, "fresh": True}
+        return
+    if "fix" in link:  # the rerun fall_back asked for: set the widget before it is drawn, then say why
+        for name, value in link.pop("fix").items():
+            st.session_state[name] = value
+        for message in link.pop("notes"):
+            note(message)
+    else:
+        link["fresh"] = False
+
+
+def _raw(name: str) -> list[str]:
+    """The link's values for ``name``, only while the session is still showing that link."""
+    link = st.session_state.get(_LINK, {})
+    return link["raw"].get(name, []) if link.get("fresh") else []
+
+
+def _fall_back(name: str, value, message: str) -> None:
+    """Rerun with widget ``name`` set to ``value``: on a first run the URL would win over session state."""
+    link = st.session_state[_LINK]
+    link.update(fix={name: value}, notes=[message], fell_back=True)
+    st.rerun()
+
+
+def check_link(key: str, default: str, load) -> None:
+    """Notes on the link's repeated keys, model and text; a model it names that ``load`` cannot open
+    makes the frame fall back to ``default``."""
+    for name in LINK_KEYS:
+        values = _raw(name)
+        if len(values) > 1:
+            shown = "" if name == "text" else f" ({', '.join(values)})"
+            note(f"The link gives {name} {len(values)} times{shown}; using the last one.")
+    model = _raw("model")
+    if model and not st.session_state[_LINK].get("fell_back"):
+        if model[-1] != key:  # Streamlit dropped it: not among the picker's options
+            note(f"The link's model {model[-1]!r} is not offered here; showing {key}.")
+        else:
+            try:
+                with st.spinner(f"Loading {key}…"):
+                    load(key)
+            except Exception as e:  # unknown key, missing files, a hub error: all mean "not this model"
+                _fall_back("model", default, f"The link's model {key!r} could not be opened ({e}); showing {default}.")
+    text, limit = _raw("text"), max_chars()
+    if text and len(text[-1]) > limit:
+        note(f"The link's text has {len(text[-1]):,} characters; this app takes at most {limit:,}, "
+             f"so only the first {limit:,} are used.")
+
+
+def check_link_index(name: str, value, count: int) -> None:
+    """A note when the link's ``name`` ("layer" or "head") was dropped: not a whole number or out of range."""
+    raw = _raw(name)
+    if not raw or raw[-1] == str(value):
+        return
+    asked = raw[-1]
+    model = st.session_state.get("model") or "this model"
+    try:
+        index = int(asked)
+        reason = f"is out of range for {model} (0–{count - 1})" if not 0 <= index < count else f"is not one of 0–{count - 1}"
+        shown = asked
+    except ValueError:
+        reason, shown = "is not a whole number", repr(asked[:40])
+    note(f"{name.capitalize()} {shown} in the link {reason}; showing {name} {value}.")
+
+
+def link(**state) -> str:
+    """This view's full address: the page's URL with its query parameters, ``state`` overriding them."""
+    params = {k: str(v) for k, v in state.items() if v is not None}
+    params |= {k: v for k, v in st.query_params.to_dict().items() if k not in params}
+    base = st.context.url or ""
+    if base and not urlsplit(base).path:
+        base += "/"  # the home page's address comes without its slash
+    return f"{base}?{urlencode(params)}"
+
+
+def chart_config(name: str, key: str = "share") -> dict:
+    """``st.plotly_chart(config=…)``: the toolbar's camera saves ``name``.png (or .svg, as picked in
+    ``downloads(key=key)``) at twice the screen resolution."""
+    fmt = st.session_state.get(f"{key}_image_format", "PNG").lower()
+    return {"toImageButtonOptions": {"format": fmt, "filename": name, "scale": 2}, "displaylogo": False}
+
+
+def downloads(trace, fig, layer: int, head: int | None, stack: str = "encoder", key: str = "share") -> None:
+    """The "Share and export" box under a figure: a link to this view and the files behind it.
+
+    Files are built only when their button is clicked. ``stack`` picks the encoder, decoder or cross
+    attention of an encoder–decoder trace; give each box on a page its own ``key``.
+    """
+    name = export.figure_name(trace.model, layer, head, "" if stack == "encoder" else stack)
+    stem = export.file_stem(trace.model)
+    with st.expander("Share and export"):
+        st.caption("A link to this view (the button at its right copies it):")
+        head_param = "mean" if head is None else head
+        st.code(link(model=trace.model, text=trace.text, layer=layer, head=head_param), language=None, wrap_lines=True)
+        st.radio("The camera button in the chart's toolbar saves", ["PNG", "SVG"], key=f"{key}_image_format",
+                 horizontal=True)
+        c1, c2, c3, c4 = st.columns(4)
+        c1.download_button("This head (CSV)", lambda: export.matrix_csv(*export.head_matrix(trace, layer, head, stack)),
+                           f"{name}.csv", "text/csv", key=f"{key}_head_csv", on_click="ignore")
+        c2.download_button("Head statistics (CSV)", lambda: export.stats_csv(trace), f"{stem}_heads.csv",
+                           "text/csv", key=f"{key}_stats_csv", on_click="ignore")
+        c3.download_button("Whole trace (.npz)", lambda: export.to_npz(trace), f"{stem}.npz",
+                           "application/octet-stream", key=f"{key}_npz", on_click="ignore")
+        c4.download_button("Figure (HTML)", lambda: export.figure_html(fig), f"{name}.html", "text/html",
+                           key=f"{key}_html", on_click="ignore",
+                           help="A standalone page with plotly.js inside (~5 MB): opens offline, zooms and hovers.")
