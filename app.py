@@ -5,9 +5,11 @@ Run with ``streamlit run app.py``. This is the home page; the views live in page
 
 import streamlit as st
 
+from attnviz.export import figure_name
 from attnviz.figures.attention import attention_heatmap
 from attnviz.tokens import labels
 from attnviz.ui.frame import frame, layer_head
+from attnviz.ui.share import chart_config, downloads
 
 f = frame("Home")
 st.title("attnviz")
@@ -20,4 +22,5 @@ trace = f.trace if f.trace.kind != "encoder-decoder" else f.trace.encoder
 layer, head = layer_head(trace.n_layers, trace.n_heads)
 names = labels(trace.tokens)
 fig = attention_heatmap(trace.attentions[layer, head], names, names, f"layer {layer}, head {head}")
-st.plotly_chart(fig, key="home_heatmap")
+st.plotly_chart(fig, key="home_heatmap", config=chart_config(figure_name(trace.model, layer, head)))
+downloads(f.trace, fig, layer, head)

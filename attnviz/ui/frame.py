@@ -14,6 +14,7 @@ import streamlit as st
 
 from attnviz.backends import DEFAULT_MODEL, list_models, open_model
 from attnviz.backends.common import check_text
+from attnviz.ui import share
 
 log = logging.getLogger("attnviz")
 
@@ -78,7 +79,8 @@ def get_trace(key: str, text: str, target: str | None = None):
 
 
 def model_options() -> list[str]:
-    return list_models() + [k for k in session_models() if k not in list_models()]
+    base = share.allowed_models() or list_models()  # an operator's allowlist replaces the built-ins
+    return base + [k for k in session_models() if k not in base]
 
 
 def _use_sample():
@@ -94,14 +96,14 @@ def sidebar() -> tuple[str, str]:
             "Model",
             model_options(),
             key="model",
-            accept_new_options=True,
+            accept_new_options=share.allowed_models() is None,
             bind="query-params",
             help="A built-in model, or type a Hugging Face id (hf:gpt2) or a local folder and press Enter.",
         )
         st.selectbox("Sample text", list(SAMPLES), index=None, key="sample", on_change=_use_sample,
                      placeholder="Choose a sample…")
         text = st.text_area(
-            "Text", DEFAULT_TEXT, key="text", height=160, bind="query-params",
+            "Text", DEFAULT_TEXT, key="text", height=160, bind="query-params", max_chars=share.max_chars(),
             help="Press Ctrl+Enter (or click outside) to run.",
         )
     return (key or DEFAULT_MODEL), text
@@ -110,8 +112,11 @@ def sidebar() -> tuple[str, str]:
 def frame(title: str) -> Frame:
     """Render the shared frame and return the model and trace; stops the page with a message on bad input."""
     st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
+    share.read_link()
     key, text = sidebar()
+    share.check_link(key, model_options()[0], resolve)
     try:
+        share.check_allowed(key, model_options())
         text = check_text(text)
         with st.spinner(f"Loading {key} and computing attention…"):
             model = resolve(key)
@@ -146,4 +151,6 @@ def layer_head(n_layers: int, n_heads: int, with_mean: bool = False) -> tuple[in
     c1, c2 = st.columns(2)
     layer = c1.selectbox("Layer", list(range(n_layers)), key="layer", bind="query-params")
     head = c2.selectbox("Head", heads, index=1 if with_mean else 0, key="head", bind="query-params")
+    share.check_link_index("layer", layer, n_layers)
+    share.check_link_index("head", head, n_heads)
     return int(layer), (None if head == "mean" else int(head))
