@@ -1,0 +1,21 @@
+"""Pure analyses of traces: what each head does, rollout and flow, ablation, comparison.
+
+The caveat every view repeats: attention weights alone are not an explanation of a prediction
+(Jain & Wallace 2019; Wiegreffe & Pinter 2019).
+"""
+
+from .ablation import head_importance, probe
+from .compare import difference, match
+from .heads import STATS, head_stats, head_table
+from .rollout import FLOW_MAX_TOKENS, attention_flow, residual_attention, rollout
+
+CAVEAT = (
+    "Attention weights show where a head looks, not why the model decides: on their own they are not an "
+    "explanation (Jain & Wallace 2019, *Attention is not Explanation*; Wiegreffe & Pinter 2019, "
+    "*Attention is not not Explanation*)."
+)
+
+__all__ = [
+    "CAVEAT", "STATS", "head_stats", "head_table", "rollout", "residual_attention", "attention_flow",
+    "FLOW_MAX_TOKENS", "head_importance", "probe", "match", "difference",
+]

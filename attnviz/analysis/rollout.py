@@ -1,0 +1,70 @@
+"""How much each input token reaches each position, across layers (Abnar & Zuidema 2020).
+
+Both methods read the same graph: Ã_l = 0.5·Ā_l + 0.5·I, with Ā_l layer l's mean over heads and
+rows renormalised, the identity standing in for the residual connection.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+ROLLOUT = "R_l = Ã_l R_{l−1}, Ã_l = 0.5·Ā_l + 0.5·I (head mean plus the residual, rows renormalised) — Abnar & Zuidema 2020"
+FLOW = (
+    "the max-flow from each input token to the chosen position through layers 1…l, each edge's capacity "
+    "its Ã_l weight — Abnar & Zuidema 2020"
+)
+FLOW_MAX_TOKENS = 64  # one max-flow per input token and layer: beyond this it stops being interactive
+_SCALE = 1 << 24  # scipy's max-flow needs integer capacities: weights in steps of 2⁻²⁴ (6e-8)
+
+
+def residual_attention(attn: np.ndarray, residual: float = 0.5) -> np.ndarray:
+    """Ã_l = (1 − r)·Ā_l + r·I with rows renormalised: (L, H, T, T) -> (L, T, T) float64."""
+    attn = np.asarray(attn, np.float64)
+    if attn.ndim != 4 or attn.shape[2] != attn.shape[3]:
+        raise ValueError(f"attention must be (layers, heads, T, T), got shape {attn.shape}")
+    T = attn.shape[-1]
+    a = (1 - residual) * attn.mean(1) + residual * np.eye(T)  # (L, T, T)
+    return a / a.sum(-1, keepdims=True)
+
+
+def rollout(attn: np.ndarray, residual: float = 0.5) -> np.ndarray:
+    """Attention rollout after every layer: (L, H, T, T) -> (L, T, T); row i of R_l says how much of
+    position i after layer l comes from each input token (rows sum to 1)."""
+    out = np.empty((attn.shape[0], attn.shape[2], attn.shape[3]))
+    r = np.eye(attn.shape[-1])
+    for layer, a in enumerate(residual_attention(attn, residual)):
+        r = a @ r
+        out[layer] = r
+    return out
+
+
+def flow_graph(layers: np.ndarray):
+    """The layered graph of ``layers`` Ã (l, T, T) as a scipy CSR capacity matrix over (l + 1)·T nodes.
+
+    Node k·T + j is token j after layer k (k = 0: the input); the edge from k·T + j to (k + 1)·T + i
+    carries Ã_{k+1}[i, j].
+    """
+    from scipy.sparse import csr_matrix
+
+    n, T, _ = layers.shape
+    k, i, j = np.nonzero(layers > 0)  # skip zero capacities: a causal mask's upper triangle
+    caps = np.rint(layers[k, i, j] * _SCALE).astype(np.int32)
+    return csr_matrix((caps, (k * T + j, (k + 1) * T + i)), shape=((n + 1) * T, (n + 1) * T))
+
+
+def attention_flow(attn: np.ndarray, target: int, residual: float = 0.5) -> np.ndarray:
+    """Max-flow from every input token to position ``target`` after every layer: (L, H, T, T) -> (L, T)."""
+    from scipy.sparse.csgraph import maximum_flow
+
+    a = residual_attention(attn, residual)
+    L, T, _ = a.shape
+    if T > FLOW_MAX_TOKENS:
+        raise ValueError(f"attention flow is limited to {FLOW_MAX_TOKENS} tokens; this text has {T}")
+    if not 0 <= target < T:
+        raise ValueError(f"position {target} is outside the text's {T} tokens")
+    out = np.empty((L, T))
+    for layer in range(L):
+        graph = flow_graph(a[: layer + 1])
+        sink = (layer + 1) * T + target
+        out[layer] = [maximum_flow(graph, j, sink).flow_value / _SCALE for j in range(T)]
+    return out

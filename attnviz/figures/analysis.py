@@ -1,0 +1,119 @@
+"""Figures of the analysis page: per-head maps, token relevance per layer, relevance on the text, differences."""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .common import PROB_SCALE, safe
+
+DIVERGING = "RdBu_r"  # signed values: blue below zero, red above, white at zero
+RELEVANCE_RGB = "214, 39, 40"  # the text's highlight colour; alpha carries the relevance
+
+
+def head_map(values: np.ndarray, title: str, zrange: tuple[float, float] | None = None,
+             colorscale: str = PROB_SCALE, value_name: str = "value") -> go.Figure:
+    """An (L, H) map, one cell per head; each cell carries a clickable point with customdata [layer, head].
+
+    ``zrange`` fixes the colours (e.g. 0–1); without it they are symmetric around 0 for signed values.
+    """
+    values = np.asarray(values, np.float64)
+    L, H = values.shape
+    if zrange is None:
+        top = max(float(np.abs(values).max()), 1e-12)
+        zrange = (-top, top)
+    layer, head = np.divmod(np.arange(L * H), H)  # (L·H,) each point's layer and head
+    name = html.escape(value_name, quote=False)
+    fig = go.Figure(
+        [
+            go.Heatmap(z=values, zmin=zrange[0], zmax=zrange[1], colorscale=colorscale,
+                       colorbar=dict(title=name), hoverinfo="skip"),
+            go.Scatter(
+                x=head, y=layer, customdata=np.stack([layer, head], 1),  # (L·H, 2)
+                text=[f"{v:.4g}" for v in values.ravel()],
+                mode="markers",
+                marker=dict(size=max(8, 300 // H), symbol="square", color="rgba(0,0,0,0)"),
+                selected=dict(marker=dict(opacity=0)),
+                unselected=dict(marker=dict(opacity=0)),
+                hovertemplate=f"layer %{{customdata[0]}}, head %{{customdata[1]}}<br>{name} %{{text}}"
+                              "<br>click to open<extra></extra>",
+                showlegend=False,
+            ),
+        ]
+    )
+    fig.update_layout(
+        title=html.escape(title, quote=False),
+        xaxis=dict(title="head", tickvals=list(range(H)), side="top", fixedrange=True, showgrid=False, zeroline=False),
+        yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed", fixedrange=True, showgrid=False,
+                   zeroline=False),
+        hovermode="closest",
+        dragmode=False,
+        margin=dict(l=10, r=10, t=90, b=10),
+        height=int(min(700, max(260, 140 + 40 * L))),
+    )
+    return fig
+
+
+def relevance_map(relevance: np.ndarray, labels, title: str, value_name: str = "relevance") -> go.Figure:
+    """(L, T) relevance of every input token after every layer: rows are layers, columns tokens.
+
+    Labels must be unique per position (``attnviz.tokens.labels``) since the token axis is categorical.
+    """
+    relevance = np.asarray(relevance, np.float64)
+    L, T = relevance.shape
+    if T != len(labels):
+        raise ValueError(f"relevance has {T} tokens but there are {len(labels)} labels")
+    fig = go.Figure(
+        go.Heatmap(
+            z=relevance, x=safe(labels), zmin=0.0, zmax=1.0, colorscale=PROB_SCALE, colorbar=dict(title=value_name),
+            hovertemplate=f"after layer %{{y}}<br>token %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=html.escape(title, quote=False),
+        xaxis=dict(title="input token", type="category", tickangle=-60, side="top"),
+        yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed"),
+        margin=dict(l=10, r=10, t=120, b=10),
+        height=int(min(600, max(260, 160 + 30 * L))),
+    )
+    return fig
+
+
+def relevance_html(labels, relevance: np.ndarray) -> str:
+    """The tokens as escaped HTML spans, each highlighted with alpha = its relevance ÷ the largest."""
+    relevance = np.asarray(relevance, np.float64)
+    top = max(float(relevance.max()), 1e-12)
+    spans = [
+        f'<span title="{r:.4f}" style="background: rgba({RELEVANCE_RGB}, {r / top:.3f}); '
+        f'padding: 1px 2px; margin: 1px; border-radius: 3px; line-height: 2">{html.escape(str(t))}</span>'
+        for t, r in zip(labels, relevance)
+    ]
+    return '<div style="font-family: monospace">' + " ".join(spans) + "</div>"
+
+
+def difference_map(diff: np.ndarray, labels, title: str) -> go.Figure:
+    """(M, M) weight differences at matched positions; colours symmetric around 0, ±1 at most.
+
+    Labels must be unique per position (``attnviz.tokens.labels``) since the axes are categorical.
+    """
+    diff = np.asarray(diff, np.float64)
+    if diff.shape != (len(labels), len(labels)):
+        raise ValueError(f"difference is {diff.shape} but there are {len(labels)} labels")
+    top = float(np.clip(np.abs(diff).max(initial=0.0), 1e-6, 1.0))
+    fig = go.Figure(
+        go.Heatmap(
+            z=diff, x=safe(labels), y=safe(labels), zmin=-top, zmax=top, colorscale=DIVERGING,
+            colorbar=dict(title="A − B"),
+            hovertemplate="query %{y}<br>key %{x}<br>A − B %{z:.4f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=html.escape(title, quote=False),
+        xaxis=dict(title="key", type="category", tickangle=-60, side="top"),
+        yaxis=dict(title="query", type="category", autorange="reversed"),
+        margin=dict(l=10, r=10, t=90, b=10),
+        height=min(900, 260 + 14 * len(labels)),
+    )
+    return fig
