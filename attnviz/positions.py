@@ -15,6 +15,7 @@ from .nn import SinusoidalPositions, TransformerConfig, sinusoidal_encoding
 
 KINDS = ("learned", "sinusoidal", "rotary", "relative", "none")
 METRICS = ("dot", "cosine")
+POSITION_TABLES = ("position_embeddings", "wpe", "embed_positions")  # module names of learned or fixed tables
 
 
 @dataclass(frozen=True)
@@ -110,11 +111,11 @@ def _hf(net) -> PositionInfo:
     rotary = next((m for _, m in modules if isinstance(getattr(m, "inv_freq", None), torch.Tensor)), None)
     if rotary is not None:
         return _rotary(config, rotary, name)
-    bias = next((m for _, m in modules if isinstance(getattr(m, "relative_attention_bias", None), torch.nn.Embedding)), None)
-    if bias is not None:
+    relative = (m for _, m in modules if isinstance(getattr(m, "relative_attention_bias", None), torch.nn.Embedding))
+    if (bias := next(relative, None)) is not None:
         return _relative(bias, name)
     for path, m in modules:
-        if isinstance(m, torch.nn.Embedding) and path.split(".")[-1] in ("position_embeddings", "wpe", "embed_positions"):
+        if isinstance(m, torch.nn.Embedding) and path.rsplit(".", 1)[-1] in POSITION_TABLES:
             return _table(config, path, m, name)
     return PositionInfo(
         "none", None, None,

@@ -15,13 +15,13 @@ f = frame("Norms")
 st.title("Norms")
 trace = f.trace
 if trace.kind == "encoder-decoder":
-    side = st.radio("Stack", ["encoder", "decoder"], horizontal=True, key="norm_stack")
+    side = st.radio("Stack", ["encoder", "decoder"], horizontal=True, key="norm_stack", bind="query-params")
     trace = getattr(trace, side)
 names = labels(trace.tokens)
 stats = layer_stats(trace)
 if not trace.norms:
     net = getattr(f.model, "net", None)
-    st.info(missing_note(net) if net is not None else "This model records no sublayer statistics; only residual norms are shown.")
+    st.info(missing_note(net) if net is not None else "This model records no sublayer statistics: residual norms only.")
 
 st.header("Per layer and token")
 st.markdown(
@@ -29,7 +29,8 @@ st.markdown(
     "**attn_share** = attn_out / (attn_out + ffn_out) says how much of the layer's change comes from attention; "
     "**attn_ratio** and **ffn_ratio** divide each update by the norm of the stream entering the layer."
 )
-stat = st.selectbox("Statistic", list(stats), format_func=lambda k: f"{k}: {STATS[k]}", key="norm_stat")
+stat = st.selectbox("Statistic", list(stats), key="norm_stat", bind="query-params")
+st.caption(STATS[stat])
 st.plotly_chart(stat_heatmap(stats[stat], names, stat, share=stat == "attn_share"), key="norm_heatmap")
 updates = [k for k in ("residual_in", "attn_out", "ffn_out") if k in stats]
 st.plotly_chart(layer_profile(stats, updates, "residual stream and the updates added to it"), key="norm_profile")
@@ -37,21 +38,20 @@ st.plotly_chart(layer_profile(stats, updates, "residual stream and the updates a
 st.header("Norm-based attention")
 st.markdown(
     "A weight α says how much a token is looked at, not how much it changes the output. Kobayashi et al. (2020) "
-    "weigh it by the size of what is moved: ‖αᵢⱼ f(xⱼ)‖ = αᵢⱼ ‖(xⱼ W_V + b_V) W_O‖ for the head's slices of W_V and W_O."
+    "weigh it by the size of what is moved: ‖αᵢⱼ f(xⱼ)‖ = αᵢⱼ ‖(xⱼ W_V + b_V) W_O‖ "
+    "for the head's slices of W_V and W_O."
 )
 if "value_norms" not in trace.norms:
     st.info("This model's trace has no value-vector norms, so norm-based attention cannot be shown.")
 else:
     layer, head = layer_head(trace.n_layers, trace.n_heads)
-    normalize = st.toggle("Normalise each row to sum 1", key="norm_rows")
+    normalize = st.toggle("Normalise each row to sum 1", key="norm_rows", bind="query-params")
     raw = trace.attentions[layer, head]
     weighted = norm_attention(raw, trace.norms["value_norms"][layer, head], normalize)
     c1, c2 = st.columns(2)
     c1.plotly_chart(attention_heatmap(raw, names, names, f"α · layer {layer}, head {head}"), key="norm_raw")
-    c2.plotly_chart(
-        weight_heatmap(weighted, names, names, f"‖α f(x)‖ · layer {layer}, head {head}", 1.0 if normalize else None),
-        key="norm_weighted",
-    )
+    title = f"‖α f(x)‖ · layer {layer}, head {head}"
+    c2.plotly_chart(weight_heatmap(weighted, names, names, title, 1.0 if normalize else None), key="norm_weighted")
 
 st.header("Table")
 table = norm_table(trace)

@@ -105,7 +105,8 @@ def _stats(r: dict) -> dict:
     for p in ("ln1", "ln2"):
         if p in r:
             x, y = r[p]
-            out.update({f"{p}_in_mean": x.mean(-1), f"{p}_in_std": x.std(-1, unbiased=False), f"{p}_out": y.norm(dim=-1)})
+            out[f"{p}_in_mean"], out[f"{p}_in_std"] = x.mean(-1), x.std(-1, unbiased=False)
+            out[f"{p}_out"] = y.norm(dim=-1)
     out.update({k: r[k].norm(dim=-1) for k in ("attn_out", "ffn_out") if k in r})
     out["value_norms"] = r["value_norms"]
     return out
@@ -123,7 +124,8 @@ def _check(trace, layers, ref_layer, next_until=None):
             np.testing.assert_allclose(r["next"], hs[i + 1], rtol=RTOL, atol=1e-5)
     assert len(want) == trace.n_layers
     for k in want[0]:
-        np.testing.assert_allclose(trace.norms[k], torch.stack([w[k] for w in want]).numpy(), rtol=RTOL, atol=ATOL, err_msg=k)
+        expected = torch.stack([w[k] for w in want]).numpy()  # (L, T) or (L, H, T)
+        np.testing.assert_allclose(trace.norms[k], expected, rtol=RTOL, atol=ATOL, err_msg=k)
 
 
 def test_builtin_minilm_statistics_equal_recomputation():
@@ -132,7 +134,8 @@ def test_builtin_minilm_statistics_equal_recomputation():
     c = model.net.config
 
     def layer_ref(layer, h, alpha):
-        a, vn = _attend(alpha, _lin(h, layer.self_attn.v_proj), layer.self_attn.out_proj.weight, layer.self_attn.out_proj.bias)
+        out = layer.self_attn.out_proj
+        a, vn = _attend(alpha, _lin(h, layer.self_attn.v_proj), out.weight, out.bias)
         y1 = F.layer_norm(h + a, (c.d_model,), _d(layer.sub1.norm.weight), _d(layer.sub1.norm.bias), c.eps)
         f = _lin(F.gelu(_lin(y1, layer.ffn.fc1)), layer.ffn.fc2)
         y2 = F.layer_norm(y1 + f, (c.d_model,), _d(layer.sub2.norm.weight), _d(layer.sub2.norm.bias), c.eps)
@@ -155,7 +158,7 @@ def test_norm_based_attention_equals_direct_computation():
         got = norm_attention(trace.attentions[layer, head], trace.norms["value_norms"][layer, head])
         want = np.zeros((T, T))
         for j in range(T):
-            x_j = torch.as_tensor(trace.hidden_states[layer, j], dtype=torch.float64)
+            x_j = torch.tensor(trace.hidden_states[layer, j], dtype=torch.float64)
             moved = w_o @ (w_v @ x_j + b_v)  # (D,)
             for i in range(T):
                 want[i, j] = (float(trace.attentions[layer, head, i, j]) * moved).norm()

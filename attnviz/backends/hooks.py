@@ -162,7 +162,8 @@ class Recorder:
                 stats[f"{prefix}_out"] = y.norm(dim=-1)
             stats["attn_out"] = self.seen[(s, i, "attn_out")].norm(dim=-1)
             stats["ffn_out"] = self.seen[(s, i, "ffn_out")].norm(dim=-1)
-            stats["value_norms"] = _value_norms(self.seen[(s, i, "value")], _sub(layer, stack.spec.out_proj), stack.spec, H)
+            out_proj = _sub(layer, stack.spec.out_proj)
+            stats["value_norms"] = _value_norms(self.seen[(s, i, "value")], out_proj, stack.spec, H)
             per_layer.append(stats)
         return {k: torch.stack([p[k] for p in per_layer]).numpy() for k in per_layer[0]}  # (L, T) or (L, H, T)
 

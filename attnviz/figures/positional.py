@@ -66,7 +66,8 @@ def frequency_plot(freqs: np.ndarray, title: str = "") -> go.Figure:
     fig = go.Figure(
         go.Scatter(
             y=freqs, mode="lines+markers", customdata=2 * np.pi / freqs, name="θ",
-            hovertemplate="pair %{x}<br>θ %{y:.3g} rad/position<br>wavelength %{customdata:.4g} positions<extra></extra>",
+            hovertemplate="pair %{x}<br>θ %{y:.3g} rad/position<br>"
+            "wavelength %{customdata:.4g} positions<extra></extra>",
         )
     )  # fmt: skip
     fig = _layout(fig, title, "dimension pair i", "θᵢ (radians per position)", height=320, reversed_y=False)

@@ -1,0 +1,167 @@
+"""The Positional and Norms pages in real Streamlit (AppTest), for a model of each family, up to 512 tokens.
+
+Every chart checked here is compared with the library's own computation on a fresh trace of the same text.
+"""
+
+import html
+import json
+import re
+
+import numpy as np
+import pytest
+from streamlit.runtime.memory_media_file_storage import _calculate_file_id
+from streamlit.testing.v1 import AppTest
+
+from attnviz.backends import load
+from attnviz.norms import layer_stats, norm_attention, norm_table
+from attnviz.positions import attention_by_offset, position_info, similarity, sinusoidal
+from attnviz.tokens import labels
+from helpers import chart_specs, decode
+
+TEXT = "The quick brown fox jumps over the <b>lazy</b> dog. Where is the station?"
+# HF tiny models: an encoder, a decoder and an encoder–decoder; each family keeps position its own way.
+KIND = {
+    "builtin:minilm": "learned", "builtin:seed": "sinusoidal", "bert": "learned", "llama": "rotary", "t5": "relative",
+}  # fmt: skip
+MODELS = list(KIND)
+
+
+@pytest.fixture(scope="module")
+def key(tiny_model):
+    """family or built-in key -> the model key the pages take."""
+    return lambda m: m if m.startswith("builtin:") else f"hf:{tiny_model(m)}"
+
+
+def _run(page: str, **params) -> AppTest:
+    at = AppTest.from_file(f"../pages/{page}.py", default_timeout=90)
+    for k, v in params.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def _ok(at: AppTest) -> dict:
+    """The page's charts by title, after checking it ran without exception or error."""
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    return {s["layout"]["title"]["text"]: s for s in chart_specs(at)}
+
+
+def _z(spec) -> np.ndarray:
+    return decode(spec["data"][0]["z"]).astype(np.float64)
+
+
+def _side(trace, name="encoder"):
+    return getattr(trace, name) if trace.kind == "encoder-decoder" else trace
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_positional_page(key, model):
+    k = key(model)
+    charts = _ok(_run("2_Positional", model=k, text=TEXT))
+    pe = _z(charts["sinusoidal encoding: 128 positions × 128 dimensions"])
+    np.testing.assert_allclose(pe, sinusoidal(128, 128), atol=1e-6)
+
+    info = position_info(load(k))
+    assert info.kind == KIND[model]
+    if info.kind in ("learned", "sinusoidal"):
+        np.testing.assert_allclose(_z(charts["the model's position table"]), info.table, atol=1e-6)
+        sim = _z(charts["cosine between the model's positions"])
+        np.testing.assert_allclose(sim, similarity(info.table, "cosine"), atol=1e-5)
+    if info.kind == "relative":
+        np.testing.assert_allclose(_z(charts["bias added to the score, per head"]), info.table.T, atol=1e-6)
+    if info.frequencies is not None:
+        y = decode(charts["frequency of each dimension pair"]["data"][0]["y"])
+        np.testing.assert_allclose(y, info.frequencies, rtol=1e-6)
+
+    trace = _side(load(k).trace(TEXT))
+    causal = trace.kind == "decoder"
+    offsets, means = attention_by_offset(trace.attentions, ~trace.special, causal)
+    shown = abs(offsets) <= min(20, trace.n_tokens - 1)
+    heat = charts["mean attention by offset"]["data"][0]
+    assert list(decode(heat["x"])) == list(offsets[shown])
+    assert max(decode(heat["x"])) == (0 if causal else min(20, trace.n_tokens - 1))
+    want = means[..., shown].reshape(trace.n_layers * trace.n_heads, -1)
+    np.testing.assert_allclose(_z(charts["mean attention by offset"]), want, atol=1e-6)
+
+
+def test_positional_controls():
+    at = _run("2_Positional", text=TEXT)
+    at.slider(key="pe_len").set_value(64)
+    at.slider(key="pe_dim").set_value(20)
+    at.radio(key="pe_metric").set_value("cosine")
+    at.multiselect(key="pe_dims").set_value([3, 19])
+    at.radio(key="pos_view").set_value("one curve per layer")
+    at.slider(key="pos_window").set_value(5)
+    charts = _ok(at.run())
+    pe = sinusoidal(64, 20)
+    np.testing.assert_allclose(_z(charts["sinusoidal encoding: 64 positions × 20 dimensions"]), pe, atol=1e-6)
+    np.testing.assert_allclose(_z(charts["cosine between positions"]), similarity(pe, "cosine"), atol=1e-5)
+    curves = charts["chosen dimensions over position"]["data"]
+    assert [c["name"] for c in curves] == ["dim 3", "dim 19"]
+    np.testing.assert_allclose(decode(curves[1]["y"]), pe[:, 19], atol=1e-6)
+
+    trace = load("builtin:minilm").trace(TEXT)
+    offsets, means = attention_by_offset(trace.attentions, ~trace.special)
+    lines = charts["mean attention by offset, averaged over heads"]["data"]
+    assert len(lines) == trace.n_layers and list(decode(lines[0]["x"])) == list(range(-5, 6))
+    np.testing.assert_allclose(decode(lines[4]["y"]), means[4].mean(0)[abs(offsets) <= 5], atol=1e-6)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_norms_page(key, model):
+    k = key(model)
+    at = _run("3_Norms", model=k, text=TEXT, layer="1", head="2")
+    charts = _ok(at)
+    trace = _side(load(k).trace(TEXT))
+    stats = layer_stats(trace)
+    assert set(stats) >= {"residual_in", "attn_out", "ffn_out", "ln2_in_std", "attn_share"}
+    np.testing.assert_allclose(_z(charts["residual_in"]), stats["residual_in"], rtol=1e-6)
+    escaped = [html.escape(s, quote=False) for s in labels(trace.tokens)]
+    assert charts["residual_in"]["data"][0]["customdata"][0] == escaped
+
+    raw, vn = trace.attentions[1, 2], trace.norms["value_norms"][1, 2]
+    np.testing.assert_allclose(_z(charts["α · layer 1, head 2"]), raw, atol=1e-7)
+    np.testing.assert_allclose(_z(charts["‖α f(x)‖ · layer 1, head 2"]), norm_attention(raw, vn), rtol=1e-6)
+    assert charts["‖α f(x)‖ · layer 1, head 2"]["data"][0]["x"] == escaped
+
+    table = norm_table(trace)
+    shown = at.dataframe[0].value
+    assert list(shown.columns) == list(table.columns) and len(shown) == trace.n_layers * trace.n_tokens
+    np.testing.assert_allclose(shown["attn_share"].to_numpy(float), table["attn_share"].to_numpy(float), rtol=1e-6)
+    # The download's URL names the hash of its bytes: it serves exactly this table as CSV.
+    name = "norms-" + re.sub(r"[^A-Za-z0-9]+", "-", k).strip("-") + ".csv"
+    url = at.get("download_button")[0].proto.url
+    csv_id = _calculate_file_id(table.to_csv(index=False).encode(), "text/csv", name)
+    assert url.endswith(f"{csv_id}.csv")
+
+
+def test_norms_controls_and_decoder_side(key):
+    k = key("t5")
+    # The whole view comes from the URL, as a shared link would give it.
+    view = dict(layer="2", head="3", norm_stack="decoder", norm_stat="attn_share", norm_rows="true")
+    at = _run("3_Norms", model=k, text=TEXT, **view)
+    charts = _ok(at)
+    assert at.toggle(key="norm_rows").value
+    dec = load(k).trace(TEXT).decoder
+    assert dec.n_layers == 3  # layer 2 exists on the decoder side only
+    share = charts["attn_share"]["data"][0]
+    np.testing.assert_allclose(_z(charts["attn_share"]), layer_stats(dec)["attn_share"], rtol=1e-6)
+    assert (share["zmin"], share["zmax"]) == (0.0, 1.0)
+    rows = _z(charts["‖α f(x)‖ · layer 2, head 3"])
+    want = norm_attention(dec.attentions[2, 3], dec.norms["value_norms"][2, 3], normalize=True)
+    np.testing.assert_allclose(rows, want, rtol=1e-6)
+    np.testing.assert_allclose(rows.sum(1), 1.0, rtol=1e-5)
+
+
+def test_both_pages_at_512_tokens():
+    text = " ".join(f"word{i % 50} and the river" for i in range(200))
+    trace = load("builtin:minilm").trace(text)
+    assert trace.n_tokens == 512 and trace.truncated > 0
+    for page in ("2_Positional", "3_Norms"):
+        at = _run(page, text=text)
+        charts = _ok(at)
+        assert "512 tokens" in at.caption[0].value
+        size = sum(len(json.dumps(s)) for s in chart_specs(at))
+        assert size < 30e6, f"{page} sends {size / 1e6:.1f} MB of charts"
+    assert _z(charts["residual_in"]).shape == (6, 512)
+    assert _z(charts["‖α f(x)‖ · layer 0, head 0"]).shape == (512, 512)
