@@ -1,38 +1,136 @@
-"""Attention heatmaps."""
+"""Attention heatmaps, a token's attention as bars, and every figure of the attention explorer."""
 
 from __future__ import annotations
+
+import html
 
 import numpy as np
 import plotly.graph_objects as go
 
+from ..views import StackView, colour_position, focus_weights, head_weights, log_ticks
 from .common import PROB_SCALE, safe
+from .overview import MASK_COLOUR, head_grid
+
+# Above this many cells a heatmap sends weights as uint8 (steps of 1/255) instead of float32: a 512×512
+# head drops from 1.5 MB to 0.37 MB of JSON, and the eye cannot tell 1/255 steps apart anyway.
+QUANTISE_ABOVE = 128 * 128
 
 
-def attention_heatmap(attn: np.ndarray, q_labels, k_labels, title: str = "") -> go.Figure:
-    """One head's (Tq, Tk) weights: rows are queries, columns keys, colours fixed to 0–1.
+def weights_heatmap(
+    w: np.ndarray, y_labels, x_labels, title: str = "", *, y_title: str = "query", x_title: str = "key",
+    masked: np.ndarray | None = None, log_scale: bool = False,
+) -> go.Figure:
+    """A (rows, columns) heatmap of weights on a fixed 0–1 colour scale, linear or log.
 
     Labels must be unique per position (``attnviz.tokens.labels``) since the axes are categorical.
+    ``masked`` (same shape, True on a suffix of each row) is drawn grey as "masked: future tokens".
     """
-    attn = np.asarray(attn, np.float32)
-    if attn.shape != (len(q_labels), len(k_labels)):
-        raise ValueError(f"attention is {attn.shape} but there are {len(q_labels)} × {len(k_labels)} labels")
+    w = np.asarray(w, np.float32)
+    if w.shape != (len(y_labels), len(x_labels)):
+        raise ValueError(f"weights are {w.shape} but there are {len(y_labels)} × {len(x_labels)} labels")
+    pos = colour_position(w, log_scale)
+    quantised = w.size > QUANTISE_ABOVE
+    top = 255 if quantised else 1
+    z = np.rint(pos * 255).astype(np.uint8) if quantised else pos
+    weight = "%{z}"
+    customdata = None
+    if log_scale:  # the colour is the log; hover still shows the weight
+        customdata = np.rint(w * 255).astype(np.uint8) if quantised else w
+        weight = "%{customdata}"
+    weight = f"≈ {weight}/255" if quantised else weight.replace("}", ":.4f}")
+    ticks, text = log_ticks() if log_scale else ([0, 0.25, 0.5, 0.75, 1], ["0", "0.25", "0.5", "0.75", "1"])
     fig = go.Figure(
         go.Heatmap(
-            z=attn,
-            x=safe(k_labels),
-            y=safe(q_labels),
-            zmin=0.0,
-            zmax=1.0,
+            z=z,
+            x=safe(x_labels),
+            y=safe(y_labels),
+            customdata=customdata,
+            zmin=0,
+            zmax=top,
             colorscale=PROB_SCALE,
-            colorbar=dict(title="weight"),
-            hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.4f}<extra></extra>",
+            colorbar=dict(title="weight", tickvals=[t * top for t in ticks], ticktext=text),
+            hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>weight {weight}<extra></extra>",
         )
     )
     fig.update_layout(
         title=title,
-        xaxis=dict(title="key", type="category", tickangle=-60, side="top"),
-        yaxis=dict(title="query", type="category", autorange="reversed"),
-        margin=dict(l=10, r=10, t=60 if title else 40, b=10),
-        height=min(900, 260 + 14 * len(q_labels)),
+        xaxis=dict(title=x_title, type="category", tickangle=-60, side="top"),
+        yaxis=dict(title=y_title, type="category", autorange="reversed"),
+        margin=dict(l=10, r=10, t=90 if title else 60, b=10),
+        height=min(900, 260 + 14 * len(y_labels)),
+    )
+    if masked is not None and np.asarray(masked).any():
+        _mask_shape(fig, np.asarray(masked, bool))
+    return fig
+
+
+def _mask_shape(fig: go.Figure, masked: np.ndarray) -> None:
+    """Grey out each row's masked suffix with one staircase polygon, and say what it is."""
+    Tq, Tk = masked.shape
+    first = Tk - masked.sum(1)  # (Tq,) first masked column of each row
+    corners = [(Tk - 0.5, -0.5), (Tk - 0.5, Tq - 0.5)]
+    for r in range(Tq - 1, -1, -1):
+        corners += [(first[r] - 0.5, r + 0.5), (first[r] - 0.5, r - 0.5)]
+    path = "M" + "L".join(f"{x:g},{y:g}" for x, y in corners) + "Z"
+    fig.add_shape(type="path", path=path, fillcolor=MASK_COLOUR, line_width=0, layer="above")
+    fig.add_annotation(
+        text="grey: masked (future tokens)", xref="paper", yref="paper", x=1, y=0, yanchor="top",
+        showarrow=False, font=dict(color="#777"),
+    )
+
+
+def attention_heatmap(attn: np.ndarray, q_labels, k_labels, title: str = "", **options) -> go.Figure:
+    """One head's (Tq, Tk) weights: rows are queries, columns keys, colours fixed to 0–1.
+
+    ``options``: ``masked`` (causal mask) and ``log_scale``, as in ``weights_heatmap``.
+    """
+    return weights_heatmap(attn, q_labels, k_labels, title, **options)
+
+
+def focus_bars(weights: np.ndarray, labels, title: str = "", axis_title: str = "key") -> go.Figure:
+    """One token's weights over the other tokens as bars."""
+    weights = np.asarray(weights, np.float32)
+    if weights.shape != (len(labels),):
+        raise ValueError(f"{weights.size} weights but {len(labels)} labels")
+    fig = go.Figure(
+        go.Bar(
+            x=safe(labels), y=weights, marker_color="#2171b5",
+            hovertemplate=f"{axis_title} %{{x}}<br>weight %{{y:.4f}}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=title, height=320, margin=dict(l=10, r=10, t=50, b=10),
+        xaxis=dict(title=axis_title, type="category", tickangle=-60), yaxis=dict(title="weight", rangemode="tozero"),
     )
     return fig
+
+
+def explorer_figures(
+    view: StackView, layer: int, head: int | None, focus: int | None = None, direction: str = "to",
+    log_scale: bool = False,
+) -> dict[str, go.Figure]:
+    """name -> figure, everything the attention explorer draws for one stack.
+
+    ``overview``: every head; ``detail``: one head (``head`` None: the layer's mean); with a ``focus`` index,
+    ``focus``: that token's weights in the detail as bars and ``focus_heads``: the same for each head of the layer.
+    """
+    n_heads = view.attn.shape[1]
+    name = f"layer {layer}, mean of {n_heads} heads" if head is None else f"layer {layer}, head {head}"
+    figs = {
+        "overview": head_grid(view.attn, view.masked, (layer, head), log_scale),
+        "detail": attention_heatmap(
+            head_weights(view, layer, head), view.q_labels, view.k_labels, name, masked=view.masked, log_scale=log_scale
+        ),
+    }
+    if focus is None:
+        return figs
+    token, along, axis = (view.q_labels, view.k_labels, "key") if direction == "to" else (view.k_labels, view.q_labels, "query")
+    verb = "attends to" if direction == "to" else "is attended by"
+    what = f"what “{html.escape(token[focus], quote=False)}” {verb}"
+    figs["focus"] = focus_bars(focus_weights(head_weights(view, layer, head), focus, direction), along, f"{what} · {name}", axis)
+    figs["focus_heads"] = weights_heatmap(
+        focus_weights(view.attn[layer], focus, direction), [str(h) for h in range(n_heads)], along,
+        f"{what} · every head of layer {layer}", y_title="head", x_title=axis, log_scale=log_scale,
+    )
+    figs["focus_heads"].update_layout(height=180 + 22 * n_heads)
+    return figs

@@ -1,0 +1,97 @@
+"""Every head at a glance: one PNG mosaic of L×H small heatmaps, with one clickable point per head.
+
+The mosaic is an image, so 512 tokens cost about as much as 64: each tile is max-pooled to at most
+``TILE`` pixels a side (a sharp weight stays visible). Images are not selectable in plotly, so an
+invisible scatter puts one point on each tile; selecting it gives ``customdata = [layer, head]``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import plotly.colors
+import plotly.graph_objects as go
+from plotly.utils import image_array_to_data_uri
+
+from ..views import colour_position
+from .common import PROB_SCALE
+
+TILE = 64  # pixels per tile side at most; more than a tile ever gets on screen in a 12-head row
+MASK_COLOUR = "#d9d9d9"  # cells a causal model cannot attend to (future tokens), here and in the heatmaps
+
+
+@lru_cache(maxsize=1)
+def _lut() -> np.ndarray:
+    """(256, 3) uint8: the probability colour scale sampled at 256 levels."""
+    colours = plotly.colors.sample_colorscale(PROB_SCALE, np.linspace(0, 1, 256).tolist(), colortype="tuple")
+    return np.rint(np.array(colours) * 255).astype(np.uint8)
+
+
+def max_pool(a: np.ndarray, size: int, axis: int, op=np.maximum) -> np.ndarray:
+    """``a`` shrunk to ``size`` along ``axis`` by ``op`` over contiguous, nearly equal blocks."""
+    n = a.shape[axis]
+    if size >= n:
+        return a
+    return op.reduceat(a, (np.arange(size) * n) // size, axis=axis)
+
+
+def mosaic(attn: np.ndarray, masked: np.ndarray | None = None, log_scale: bool = False, tile: int = TILE,
+           gap: int = 1) -> np.ndarray:
+    """(L·(Sq+gap)−gap, H·(Sk+gap)−gap, 3) uint8 RGB image of every head, white gaps between tiles."""
+    L, H, Tq, Tk = attn.shape
+    pooled = max_pool(max_pool(np.asarray(attn, np.float32), tile, 2), tile, 3)  # (L, H, Sq, Sk)
+    Sq, Sk = pooled.shape[2:]
+    rgb = _lut()[np.rint(colour_position(pooled, log_scale) * 255).astype(np.uint8)]  # (L, H, Sq, Sk, 3)
+    if masked is not None:
+        # A pixel is grey only when its whole block is masked.
+        blocks = max_pool(max_pool(np.asarray(masked, np.uint8), tile, 0, np.minimum), tile, 1, np.minimum)
+        rgb[:, :, blocks.astype(bool)] = np.array(plotly.colors.hex_to_rgb(MASK_COLOUR), np.uint8)
+    padded = np.full((L, H, Sq + gap, Sk + gap, 3), 255, np.uint8)
+    padded[:, :, :Sq, :Sk] = rgb
+    image = padded.transpose(0, 2, 1, 3, 4).reshape(L * (Sq + gap), H * (Sk + gap), 3)  # (L·(Sq+g), H·(Sk+g), 3)
+    return image[: L * (Sq + gap) - gap, : H * (Sk + gap) - gap]
+
+
+def head_grid(attn: np.ndarray, masked: np.ndarray | None = None, selected: tuple | None = None,
+              log_scale: bool = False, tile: int = TILE) -> go.Figure:
+    """Every head of (L, H, Tq, Tk) as a tile; ``selected`` (layer, head or None for a whole layer) is outlined."""
+    L, H, Tq, Tk = attn.shape
+    image = mosaic(attn, masked, log_scale, tile)
+    sq, sk = min(Tq, tile) + 1, min(Tk, tile) + 1  # tile pitch in pixels, gap included
+    layer, head = np.divmod(np.arange(L * H), H)  # (L·H,) each point's layer and head
+    fig = go.Figure(
+        [
+            go.Image(source=image_array_to_data_uri(image), hoverinfo="skip"),
+            go.Scatter(
+                x=head * sk + (sk - 2) / 2,
+                y=layer * sq + (sq - 2) / 2,
+                customdata=np.stack([layer, head], 1),  # (L·H, 2)
+                mode="markers",
+                marker=dict(size=max(8, 300 // H), symbol="square", color="rgba(0,0,0,0)"),
+                selected=dict(marker=dict(opacity=0)),
+                unselected=dict(marker=dict(opacity=0)),
+                hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>click to open<extra></extra>",
+                showlegend=False,
+            ),
+        ]
+    )
+    if selected is not None:
+        l, h = selected
+        x0, x1 = (-1, H * sk - 1) if h is None else (h * sk - 1, h * sk + sk - 1)
+        # On the gap pixels around the tile (or the row).
+        fig.add_shape(type="rect", x0=x0, x1=x1, y0=l * sq - 1, y1=l * sq + sq - 1,
+                      line=dict(color="#d62728", width=2))
+    fig.update_layout(
+        title=f"all {L} layers × {H} heads · click a head to open it",
+        xaxis=dict(title="head", tickvals=np.arange(H) * sk + (sk - 2) / 2, ticktext=[str(h) for h in range(H)],
+                   side="top", fixedrange=True, showgrid=False, zeroline=False),
+        yaxis=dict(title="layer", tickvals=np.arange(L) * sq + (sq - 2) / 2, ticktext=[str(l) for l in range(L)],
+                   fixedrange=True, showgrid=False, zeroline=False),
+        hovermode="closest",
+        hoverdistance=-1,
+        dragmode=False,
+        margin=dict(l=10, r=10, t=80, b=10),
+        height=int(min(800, max(260, 120 + 900 * L / H))),
+    )
+    return fig

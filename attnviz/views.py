@@ -1,0 +1,203 @@
+"""What the attention explorer shows, as pure numpy: the display options applied to a stack's weights.
+
+Options, in the order they apply: hide special tokens (renormalising rows or not), merge subwords into
+words, hide weights below a threshold. The log colour scale is a colour transform (``colour_position``).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import NamedTuple
+
+import numpy as np
+
+from .tokens import clean, labels, word_labels, word_spans
+
+LOG_DECADES = 4  # the log colour scale spans 1e-4 … 1; smaller weights get the lowest colour
+
+
+class Options(NamedTuple):
+    hide_special: bool = False
+    renorm: bool = True  # with hide_special: rescale each row to sum to 1 over the tokens left
+    merge: bool = False
+    threshold: float = 0.0
+    log_scale: bool = False
+
+
+class Side(NamedTuple):
+    """The tokens along one axis of an attention matrix."""
+
+    tokens: tuple
+    special: np.ndarray  # (T,) bool
+    word_ids: np.ndarray  # (T,) int, -1 for specials
+
+
+class StackView(NamedTuple):
+    """One attention stack as displayed: weights after the options, labels, causal mask."""
+
+    name: str  # "self", "encoder", "decoder" or "cross"
+    attn: np.ndarray  # (L, H, Tq, Tk)
+    q_labels: list  # unique per row
+    k_labels: list  # unique per column
+    q_text: list  # (text, space before) per row, for showing the text itself
+    k_text: list
+    masked: np.ndarray | None  # (Tq, Tk) bool, True where a causal model cannot look (future tokens)
+
+
+def side(stack) -> Side:
+    """The Side of an AttentionTrace."""
+    return Side(stack.tokens, stack.special, stack.word_ids)
+
+
+def stacks(trace) -> dict:
+    """name -> (attn (L, H, Tq, Tk), query Side, key Side, causal) for every attention a trace holds."""
+    if trace.kind == "encoder-decoder":
+        enc, dec = side(trace.encoder), side(trace.decoder)
+        return {
+            "encoder": (trace.encoder.attentions, enc, enc, False),
+            "decoder": (trace.decoder.attentions, dec, dec, True),
+            "cross": (trace.cross_attentions, dec, enc, False),  # target queries over source keys
+        }
+    s = side(trace)
+    return {"self": (trace.attentions, s, s, trace.kind == "decoder")}
+
+
+def stack_view(name: str, attn, q: Side, k: Side, causal: bool, options: Options) -> StackView:
+    """Apply ``options`` to ``attn`` (L, H, Tq, Tk) whose rows are ``q`` and columns ``k``."""
+    attn = np.asarray(attn, np.float32)
+    q_keep, k_keep = _kept(q, options), _kept(k, options)
+    q_pos, k_pos = np.flatnonzero(q_keep), np.flatnonzero(k_keep)
+    if not (q_keep.all() and k_keep.all()):
+        attn = _take(_take(attn, q_pos, -2), k_pos, -1)  # (L, H, Tq', Tk')
+        if options.renorm:
+            attn = renormalise(attn)
+    q_tokens, q_words = tuple(q.tokens[i] for i in q_pos), q.word_ids[q_pos]
+    k_tokens, k_words = tuple(k.tokens[i] for i in k_pos), k.word_ids[k_pos]
+    if options.merge:
+        q_spans, k_spans = word_spans(q_words), word_spans(k_words)
+        attn = merge_words(attn, q_spans, k_spans)
+        # A word is masked for a query word when it starts after the query word's last piece.
+        q_pos = np.array([q_pos[b - 1] for _, b in q_spans])
+        k_pos = np.array([k_pos[a] for a, _ in k_spans])
+        q_labels, k_labels = word_labels(q_tokens, q_words), word_labels(k_tokens, k_words)
+        q_text, k_text = _words_text(q_tokens, q_spans), _words_text(k_tokens, k_spans)
+    else:
+        q_labels, k_labels = labels(q_tokens), labels(k_tokens)
+        q_text, k_text = _tokens_text(q_tokens, q_words), _tokens_text(k_tokens, k_words)
+    if options.threshold > 0:
+        attn = np.where(attn < options.threshold, np.float32(0), attn)
+    masked = k_pos[None, :] > q_pos[:, None] if causal else None  # (Tq', Tk')
+    return StackView(name, attn, q_labels, k_labels, q_text, k_text, masked)
+
+
+def _kept(s: Side, options: Options) -> np.ndarray:
+    """(T,) bool: the positions left after hiding specials; all of them if every token is special."""
+    special = np.asarray(s.special, bool)
+    if options.hide_special and not special.all():
+        return ~special
+    return np.ones(len(s.tokens), bool)
+
+
+def renormalise(attn: np.ndarray) -> np.ndarray:
+    """Rows rescaled to sum to 1; rows with nothing left stay 0."""
+    total = attn.sum(-1, keepdims=True)
+    return np.divide(attn, total, out=np.zeros_like(attn), where=total > 0)
+
+
+def merge_words(attn: np.ndarray, q_spans, k_spans) -> np.ndarray:
+    """Word-level weights (..., Wq, Wk) from token-level (..., Tq, Tk): sum over key pieces, mean over query pieces.
+
+    The same convention as ``attnviz.tokens.merge_subwords``, without its (T, W) matmuls, which take
+    seconds for every head at 512 tokens.
+    """
+    q_sizes = np.array([b - a for a, b in q_spans])
+    queries = _sum_spans(attn, q_spans, -2) / q_sizes[:, None].astype(np.float32)  # (..., Wq, Tk)
+    return _sum_spans(queries, k_spans, -1)  # (..., Wq, Wk)
+
+
+def _sum_spans(x: np.ndarray, spans, axis: int) -> np.ndarray:
+    """Sums of ``x`` over contiguous ``spans`` along ``axis``: one gather per piece offset (words are short)."""
+    starts = np.array([a for a, _ in spans])
+    sizes = np.array([b - a for a, b in spans])
+    out = _take(x, starts, axis)
+    at = [slice(None)] * x.ndim
+    for offset in range(1, sizes.max()):
+        longer = np.flatnonzero(sizes > offset)
+        at[axis] = longer
+        out[tuple(at)] += _take(x, starts[longer] + offset, axis)
+    return out
+
+
+def _take(x: np.ndarray, index: np.ndarray, axis: int) -> np.ndarray:
+    """``np.take``, but a cheap slice when the indices are a contiguous run (the usual [CLS] … [SEP] case)."""
+    if len(index) and index[-1] - index[0] == len(index) - 1:
+        at = [slice(None)] * x.ndim
+        at[axis] = slice(index[0], index[-1] + 1)
+        return x[tuple(at)].copy()
+    return np.take(x, index, axis=axis)
+
+
+def _tokens_text(tokens, word_ids) -> list:
+    """(text, space before) per token: a piece that continues the previous token's word is glued to it."""
+    out = []
+    for i, t in enumerate(tokens):
+        glued = i > 0 and word_ids[i] >= 0 and word_ids[i] == word_ids[i - 1]
+        out.append((clean(t), i > 0 and not glued))
+    return out
+
+
+def _words_text(tokens, spans) -> list:
+    """(text, space before) per word."""
+    words = ["".join(clean(t) for t in tokens[a:b]) for a, b in spans]
+    return [(w, i > 0) for i, w in enumerate(words)]
+
+
+def colour_position(w: np.ndarray, log_scale: bool) -> np.ndarray:
+    """Where weights sit on the 0–1 colour scale: the weight itself, or its log over LOG_DECADES decades."""
+    w = np.asarray(w, np.float32)
+    if not log_scale:
+        return w
+    with np.errstate(divide="ignore"):
+        return np.clip((np.log10(w) + LOG_DECADES) / LOG_DECADES, 0, 1).astype(np.float32)
+
+
+def log_ticks() -> tuple[list[float], list[str]]:
+    """Colour-bar positions and labels of the log scale's decades."""
+    return [d / LOG_DECADES for d in range(LOG_DECADES + 1)], [f"{10.0 ** (d - LOG_DECADES):g}" for d in range(LOG_DECADES + 1)]
+
+
+def head_weights(view: StackView, layer: int, head: int | None) -> np.ndarray:
+    """(Tq, Tk): one head's weights, or the mean of the layer's heads when ``head`` is None."""
+    return view.attn[layer].mean(0) if head is None else view.attn[layer, head]
+
+
+def focus_weights(attn: np.ndarray, index: int, direction: str) -> np.ndarray:
+    """(..., T): what token ``index`` attends to (its row, ``"to"``) or what attends to it (its column, ``"from"``)."""
+    if direction == "to":
+        return attn[..., index, :]
+    if direction == "from":
+        return attn[..., :, index]
+    raise ValueError(f"direction must be 'to' or 'from', not {direction!r}")
+
+
+def highlight_html(text: list, weights, focus: int | None = None, log_scale: bool = False) -> str:
+    """The text as escaped HTML spans, each shaded by its weight (background alpha = colour position).
+
+    ``text`` is (piece, space before) per position; ``focus`` is outlined.
+    """
+    alpha = colour_position(np.asarray(weights), log_scale)
+    spans = []
+    for i, ((piece, space), a, w) in enumerate(zip(text, alpha, weights)):
+        style = f"background:rgba(33,113,181,{float(a):.3f});border-radius:3px;padding:0 1px;"
+        style += "color:white;" if a > 0.55 else ""  # dark shading needs light text
+        style += "outline:2px solid #d62728;" if i == focus else ""
+        spans.append(f'{" " if space else ""}<span title="{float(w):.4f}" style="{style}">{html.escape(piece)}</span>')
+    return '<div style="line-height:2;font-size:1.05rem">' + "".join(spans) + "</div>"
+
+
+def focus_html(view: StackView, layer: int, head: int | None, focus: int, direction: str, log_scale: bool = False) -> str:
+    """The text shaded by what token ``focus`` attends to (``"to"``) or by how much each token attends to it (``"from"``)."""
+    w = focus_weights(head_weights(view, layer, head), focus, direction)
+    text = view.k_text if direction == "to" else view.q_text
+    return highlight_html(text, w, None if view.name == "cross" else focus, log_scale)
+
