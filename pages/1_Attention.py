@@ -1,0 +1,88 @@
+"""Attention explorer: every layer and head at a glance, any head in detail, any token's view."""
+
+from functools import partial
+
+import streamlit as st
+
+from attnviz.figures.attention import QUANTISE_ABOVE, explorer_figures
+from attnviz.ui.frame import frame, layer_head
+from attnviz.views import Options, focus_html, stack_view, stacks
+
+TABS = {"encoder": "Encoder", "decoder": "Decoder", "cross": "Cross"}
+AXES = {
+    "encoder": "Source tokens attending to source tokens.",
+    "decoder": "Target tokens attending to earlier target tokens.",
+    "cross": "Rows: target tokens (queries) · columns: source tokens (keys).",
+}
+DIRECTIONS = {"attends to": "to", "attended by": "from"}  # label (also the link's value) -> row or column
+
+f = frame("Attention")
+with st.sidebar:
+    st.subheader("Display")
+    hide = st.checkbox("Hide special tokens", key="hide_special", bind="query-params",
+                       help="Drop [CLS], [SEP], <s>, … from both axes.")
+    renorm = st.checkbox("Renormalise rows", True, key="renorm", bind="query-params", disabled=not hide,
+                         help="After hiding special tokens, rescale each row to sum to 1 again.")
+    merge = st.checkbox("Merge subwords into words", key="merge", bind="query-params",
+                        help="Sum over a word's pieces as keys, average over them as queries; rows still sum to 1.")
+    threshold = st.slider("Hide weights below", 0.0, 0.5, 0.0, 0.01, key="threshold", bind="query-params")
+    log_scale = st.checkbox("Log colour scale", key="log_scale", bind="query-params",
+                            help="Colours follow log10(weight) from 0.0001 to 1, so small weights show.")
+options = Options(hide, renorm, merge, threshold, log_scale)
+
+
+def view_of(name: str):
+    """The stack as displayed, kept for this session until the trace or the options change."""
+    attn, q, k, causal = stacks(f.trace)[name]
+    shown = options._replace(log_scale=False)  # the log scale only recolours
+    kept = st.session_state.setdefault("attention_views", {})
+    if name not in kept or kept[name][0] is not f.trace or kept[name][1] != shown:
+        kept[name] = (f.trace, shown, stack_view(name, attn, q, k, causal, shown))
+    return kept[name][2]
+
+
+def open_head(chart_key: str, n_heads: int) -> None:
+    """Overview click: switch the layer and head pickers to the clicked head (point i is head i of the grid)."""
+    points = st.session_state[chart_key].selection.points
+    if points and "point_index" in points[0]:
+        layer, head = divmod(int(points[0]["point_index"]), n_heads)
+        st.session_state["layer"], st.session_state["head"] = layer, head
+
+
+def explore(name: str) -> None:
+    view = view_of(name)
+    layer, head = layer_head(*view.attn.shape[:2], with_mean=True)
+    overview = st.container()
+    detail, focus_col = st.columns([3, 2])
+    with focus_col:
+        st.subheader("Token focus")
+        direction = DIRECTIONS[st.radio("The token…", list(DIRECTIONS), key="direction", bind="query-params",
+                                        horizontal=True, help="attends to: its row · attended by: its column")]
+        names = view.q_labels if direction == "to" else view.k_labels
+        token = st.selectbox("Token", names, index=min(1, len(names) - 1), key="focus", bind="query-params")
+    focus = names.index(token)
+    figs = explorer_figures(view, layer, head, focus, direction, log_scale)
+    chart_key = f"overview_{name}"
+    overview.plotly_chart(figs["overview"], key=chart_key, on_select=partial(open_head, chart_key, view.attn.shape[1]),
+                          selection_mode="points")
+    with detail:
+        st.plotly_chart(figs["detail"], key=f"detail_{name}")
+        if view.attn[0, 0].size > QUANTISE_ABOVE:
+            st.caption("Weights in this heatmap are rounded to steps of 1/255 to keep the page light.")
+    with focus_col:
+        st.html(focus_html(view, layer, head, focus, direction, log_scale))
+        st.plotly_chart(figs["focus"], key=f"focus_{name}")
+        st.plotly_chart(figs["focus_heads"], key=f"focus_heads_{name}")
+
+
+st.title("Attention")
+stack_names = list(stacks(f.trace))
+if stack_names == ["self"]:
+    explore("self")
+else:
+    # Bound to the link, the tabs track which one is open, so only that one is computed and sent.
+    for tab, name in zip(st.tabs([TABS[n] for n in stack_names], key="stack", bind="query-params"), stack_names):
+        if tab.open:
+            with tab:
+                st.caption(AXES[name])
+                explore(name)
