@@ -109,10 +109,8 @@ def explorer_figures(
     view: StackView, layer: int, head: int | None, focus: int | None = None, direction: str = "to",
     log_scale: bool = False,
 ) -> dict[str, go.Figure]:
-    """name -> figure, everything the attention explorer draws for one stack.
-
-    ``overview``: every head; ``detail``: one head (``head`` None: the layer's mean); with a ``focus`` index,
-    ``focus``: that token's weights in the detail as bars and ``focus_heads``: the same for each head of the layer.
+    """name -> figure for one stack: ``overview`` (every head), ``detail`` (one head, or the layer's mean when
+    ``head`` is None) and, for a ``focus`` index, that token's weights as bars (``focus``) and per head (``focus_heads``).
     """
     n_heads = view.attn.shape[1]
     name = f"layer {layer}, mean of {n_heads} heads" if head is None else f"layer {layer}, head {head}"
@@ -125,8 +123,8 @@ def explorer_figures(
     if focus is None:
         return figs
     token, along, axis = (view.q_labels, view.k_labels, "key") if direction == "to" else (view.k_labels, view.q_labels, "query")
-    verb = "attends to" if direction == "to" else "is attended by"
-    what = f"what “{html.escape(token[focus], quote=False)}” {verb}"
+    quoted = f"“{html.escape(token[focus], quote=False)}”"
+    what = f"what {quoted} attends to" if direction == "to" else f"what attends to {quoted}"
     figs["focus"] = focus_bars(focus_weights(head_weights(view, layer, head), focus, direction), along, f"{what} · {name}", axis)
     figs["focus_heads"] = weights_heatmap(
         focus_weights(view.attn[layer], focus, direction), [str(h) for h in range(n_heads)], along,
