@@ -150,7 +150,9 @@ def layer_head(n_layers: int, n_heads: int, with_mean: bool = False) -> tuple[in
     heads = (["mean"] if with_mean else []) + list(range(n_heads))
     c1, c2 = st.columns(2)
     layer = c1.selectbox("Layer", list(range(n_layers)), key="layer", bind="query-params")
-    head = c2.selectbox("Head", heads, index=1 if with_mean else 0, key="head", bind="query-params")
+    # A default index beside a value set through session state (an overview click) makes Streamlit warn.
+    default = {} if "head" in st.session_state else {"index": 1 if with_mean else 0}
+    head = c2.selectbox("Head", heads, key="head", bind="query-params", **default)
     share.check_link_index("layer", layer, n_layers)
     share.check_link_index("head", head, n_heads)
     return int(layer), (None if head == "mean" else int(head))
