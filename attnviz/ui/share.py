@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from urllib.parse import urlencode, urlsplit
 
 import streamlit as st
@@ -57,10 +58,19 @@ def max_chars() -> int:
 def check_allowed(key: str, options: list[str]) -> None:
     """A ValueError when models are locked to an allowlist and ``key`` is not among ``options`` (forged)."""
     if allowed_models() is not None and key not in options:
-        raise ValueError(f"Model {key!r} is not offered here; choose one of: {', '.join(options)}.")
+        raise ValueError(f"Model {code(key)} is not offered here; choose one of: {', '.join(options)}.")
+
+
+def code(value) -> str:
+    """``value`` as a Markdown code span: whatever a crafted link holds shows as typed, never as a link,
+    an image or formatting (a fence longer than any run of backticks inside keeps it closed)."""
+    text = " ".join(str(value).split())
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
 
 
 def note(message: str) -> None:
+    """A warning about the link; quote anything taken from the link with ``code``."""
     st.warning(message, icon="🔗")
 
 
@@ -98,18 +108,19 @@ def check_link(key: str, default: str, load) -> None:
     for name in LINK_KEYS:
         values = _raw(name)
         if len(values) > 1:
-            shown = "" if name == "text" else f" ({', '.join(values)})"
+            shown = "" if name == "text" else f" ({code(', '.join(values))})"
             note(f"The link gives {name} {len(values)} times{shown}; using the last one.")
     model = _raw("model")
     if model and not st.session_state[_LINK].get("fell_back"):
         if model[-1] != key:  # Streamlit dropped it: not among the picker's options
-            note(f"The link's model {model[-1]!r} is not offered here; showing {key}.")
+            note(f"The link's model {code(model[-1])} is not offered here; showing {key}.")
         else:
             try:
                 with st.spinner(f"Loading {key}…"):
                     load(key)
             except Exception as e:  # unknown key, missing files, a hub error: all mean "not this model"
-                _fall_back("model", default, f"The link's model {key!r} could not be opened ({e}); showing {default}.")
+                _fall_back("model", default, f"The link's model {code(key)} could not be opened: {code(e)}. "
+                                             f"Showing {default}.")
     text, limit = _raw("text"), max_chars()
     if text and len(text[-1]) > limit:
         note(f"The link's text has {len(text[-1]):,} characters; this app takes at most {limit:,}, "
@@ -125,11 +136,15 @@ def check_link_index(name: str, value, count: int) -> None:
     model = st.session_state.get("model") or "this model"
     try:
         index = int(asked)
-        reason = f"is out of range for {model} (0–{count - 1})" if not 0 <= index < count else f"is not one of 0–{count - 1}"
-        shown = asked
     except ValueError:
-        reason, shown = "is not a whole number", repr(asked[:40])
-    note(f"{name.capitalize()} {shown} in the link {reason}; showing {name} {value}.")
+        index = None
+    if index is None:
+        reason = "is not a whole number"
+    elif 0 <= index < count:
+        reason = f"is not one of 0–{count - 1}"  # e.g. "03": Streamlit matches the option's text exactly
+    else:
+        reason = f"is out of range for {model} (0–{count - 1})"
+    note(f"{name.capitalize()} {code(asked[:40])} in the link {reason}; showing {name} {value}.")
 
 
 def link(**state) -> str:
