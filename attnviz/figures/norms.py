@@ -26,10 +26,10 @@ def stat_heatmap(values: np.ndarray, token_labels, title: str = "", share: bool 
     )  # fmt: skip
     fig.update_layout(
         title=title,
-        xaxis=dict(title="token", tickangle=-60, side="top"),
+        xaxis=dict(title="token", tickangle=-60),
         yaxis=dict(title="layer", autorange="reversed", dtick=1),
-        margin=dict(l=10, r=10, t=90 if title else 60, b=10),
-        height=200 + 28 * L,
+        margin=dict(l=10, r=10, t=50 if title else 20, b=10),
+        height=240 + 28 * L,
     )
     if T <= MAX_TICKS:
         fig.update_xaxes(tickvals=list(range(T)), ticktext=names)
@@ -66,7 +66,7 @@ def weight_heatmap(z: np.ndarray, q_labels, k_labels, title: str = "", zmax: flo
         title=title,
         xaxis=dict(title="key", type="category", tickangle=-60, side="top"),
         yaxis=dict(title="query", type="category", autorange="reversed"),
-        margin=dict(l=10, r=10, t=60 if title else 40, b=10),
+        margin=dict(l=10, r=10, t=90 if title else 60, b=10),
         height=min(900, 260 + 14 * len(q_labels)),
     )
     return fig

@@ -56,7 +56,8 @@ def similarity_heatmap(sim: np.ndarray, metric: str, title: str = "") -> go.Figu
         )
     )  # fmt: skip
     fig = _layout(fig, title, "position", "position", height=520)
-    fig.update_yaxes(scaleanchor="x")
+    fig.update_yaxes(scaleanchor="x", constrain="domain")
+    fig.update_xaxes(constrain="domain")
     return fig
 
 
