@@ -39,14 +39,16 @@ STATS = {
 }
 
 
-def _plogp(attn: np.ndarray) -> np.ndarray:
-    a = attn.astype(np.float64)
-    return a * np.log(np.where(a > 0, a, 1.0))  # 0 ln 0 = 0
+def _float(attn) -> np.ndarray:
+    """The weights as a float array, in their own precision (float32 from a trace) to spare memory."""
+    return np.asarray(attn, np.result_type(attn, np.float32))
 
 
 def row_entropy(attn: np.ndarray) -> np.ndarray:
-    """−Σ_j α_ij ln α_ij of every row: (..., T, T) -> (..., T)."""
-    return -_plogp(attn).sum(-1)
+    """−Σ_j α_ij ln α_ij of every row: (..., T, T) -> (..., T) float64."""
+    a = _float(attn)
+    logs = np.log(a, out=np.zeros_like(a), where=a > 0)  # 0 ln 0 = 0
+    return -np.einsum("...j,...j->...", a, logs).astype(np.float64)
 
 
 def entropy(attn: np.ndarray) -> np.ndarray:
@@ -59,36 +61,42 @@ def attendable(T: int, causal: bool) -> np.ndarray:
     return np.arange(1, T + 1) if causal else np.full(T, T)
 
 
-def normalised_entropy(attn: np.ndarray, causal: bool) -> np.ndarray:
-    """Mean of H_i / ln n_i over rows with more than one attendable key (0 when there are none): (...)."""
+def normalised_entropy(attn: np.ndarray, causal: bool, rows: np.ndarray | None = None) -> np.ndarray:
+    """Mean of H_i / ln n_i over rows with more than one attendable key (0 when there are none): (...).
+
+    ``rows`` are the row entropies (..., T) when already computed.
+    """
     n = attendable(attn.shape[-1], causal)
-    rows = n > 1
-    if not rows.any():
+    keep = n > 1
+    if not keep.any():
         return np.zeros(attn.shape[:-2])
-    return (row_entropy(attn)[..., rows] / np.log(n[rows])).mean(-1)
+    rows = row_entropy(attn) if rows is None else rows
+    return (rows[..., keep] / np.log(n[keep])).mean(-1)
 
 
 def distance(attn: np.ndarray) -> np.ndarray:
     """Mean over queries of Σ_j α_ij |i − j|: (..., T, T) -> (...)."""
-    T = attn.shape[-1]
-    gap = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])  # (T, T)
-    return (attn.astype(np.float64) * gap).sum(-1).mean(-1)
+    a = _float(attn)
+    T = a.shape[-1]
+    gap = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :]).astype(a.dtype)  # (T, T)
+    return np.einsum("...ij,ij->...i", a, gap).mean(-1, dtype=np.float64)
 
 
 def share(attn: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """Mean over queries of the weight on the keys where ``keys`` (T,) is True: (...)."""
-    return attn.astype(np.float64)[..., np.asarray(keys, bool)].sum(-1).mean(-1)
+    a = _float(attn)
+    return (a @ np.asarray(keys, a.dtype)).mean(-1, dtype=np.float64)  # a matrix product: no (..., T, T) copy
 
 
 def diagonal(attn: np.ndarray, offset: int) -> np.ndarray:
     """Mean of α_i,i+offset over the rows where i + offset is a position (0 if none): (...)."""
-    d = np.diagonal(attn.astype(np.float64), offset, axis1=-2, axis2=-1)  # (..., T − |offset|)
-    return d.mean(-1) if d.shape[-1] else np.zeros(attn.shape[:-2])
+    d = np.diagonal(attn, offset, axis1=-2, axis2=-1)  # (..., T − |offset|)
+    return d.mean(-1, dtype=np.float64) if d.shape[-1] else np.zeros(attn.shape[:-2])
 
 
 def largest(attn: np.ndarray) -> np.ndarray:
     """Mean over queries of the row's largest weight: (...)."""
-    return attn.astype(np.float64).max(-1).mean(-1)
+    return _float(attn).max(-1).mean(-1, dtype=np.float64)
 
 
 def is_punctuation(token: str) -> bool:
@@ -110,9 +118,10 @@ def head_stats(trace) -> dict[str, np.ndarray]:
     """Every statistic in STATS for every head of one stack: name -> (L, H)."""
     attn = trace.attentions
     masks = key_masks(trace)
+    rows = row_entropy(attn)  # (L, H, T)
     return {
-        "entropy": entropy(attn),
-        "entropy_norm": normalised_entropy(attn, trace.kind == "decoder"),
+        "entropy": rows.mean(-1),
+        "entropy_norm": normalised_entropy(attn, trace.kind == "decoder", rows),
         "distance": distance(attn),
         **{name: share(attn, m) for name, m in masks.items()},
         "prev": diagonal(attn, -1),

@@ -19,11 +19,11 @@ _SCALE = 1 << 24  # scipy's max-flow needs integer capacities: weights in steps 
 
 def residual_attention(attn: np.ndarray, residual: float = 0.5) -> np.ndarray:
     """Ã_l = (1 − r)·Ā_l + r·I with rows renormalised: (L, H, T, T) -> (L, T, T) float64."""
-    attn = np.asarray(attn, np.float64)
+    attn = np.asarray(attn)
     if attn.ndim != 4 or attn.shape[2] != attn.shape[3]:
         raise ValueError(f"attention must be (layers, heads, T, T), got shape {attn.shape}")
     T = attn.shape[-1]
-    a = (1 - residual) * attn.mean(1) + residual * np.eye(T)  # (L, T, T)
+    a = (1 - residual) * attn.mean(1, dtype=np.float64) + residual * np.eye(T)  # (L, T, T)
     return a / a.sum(-1, keepdims=True)
 
 

@@ -1,0 +1,102 @@
+"""Analysis: what each head does, how much each token reaches each position, which heads matter."""
+
+from functools import partial
+
+import streamlit as st
+
+from attnviz.analysis import CAVEAT, FLOW_MAX_TOKENS, STATS, attention_flow, head_importance, head_stats, head_table, probe, rollout
+from attnviz.analysis.ablation import CITATION, MEASURES
+from attnviz.analysis.heads import stat_range
+from attnviz.analysis.rollout import FLOW, ROLLOUT
+from attnviz.figures.analysis import DIVERGING, head_map, relevance_html, relevance_map
+from attnviz.tokens import labels
+from attnviz.ui.frame import frame
+
+f = frame("Analysis")
+st.title("Analysis")
+st.info(CAVEAT)
+
+if st.session_state.pop("open_head", False):
+    st.switch_page("pages/1_Attention.py", query_params={})
+
+
+def open_head(chart_key: str) -> None:
+    """A click on a head's cell: open that head on the attention page."""
+    points = st.session_state[chart_key].selection.points
+    if points and "customdata" in points[0]:
+        layer, head = points[0]["customdata"]
+        st.session_state["layer"], st.session_state["head"] = int(layer), int(head)
+        st.session_state["open_head"] = True
+
+
+def clickable(fig, key: str) -> None:
+    st.plotly_chart(fig, key=key, on_select=partial(open_head, key), selection_mode="points")
+
+
+def kept(name: str, trace, extra, compute):
+    """``compute()`` kept for this session until the trace (or ``extra``) changes."""
+    store = st.session_state.setdefault("analysis", {})
+    if name not in store or store[name][0] is not trace or store[name][1] != extra:
+        store[name] = (trace, extra, compute())
+    return store[name][2]
+
+
+trace = f.trace
+if trace.kind == "encoder-decoder":
+    side = st.radio("Stack", ["encoder", "decoder"], key="analysis_stack", bind="query-params", horizontal=True)
+    trace = getattr(trace, side)
+    st.caption("Rollout and flow follow this stack's self-attention only; cross-attention is left out.")
+names = labels(trace.tokens)
+L, H, T = trace.n_layers, trace.n_heads, trace.n_tokens
+
+st.header("What each head does")
+stat = st.selectbox("Statistic", list(STATS), format_func=lambda k: STATS[k].label, key="stat", bind="query-params")
+stats = kept("stats", trace, None, lambda: head_stats(trace))
+clickable(head_map(stats[stat], f"{STATS[stat].label} · click a head to open it", stat_range(stat, T),
+                   value_name=STATS[stat].label), "stat_map")
+st.caption(f"{STATS[stat].formula}. Each value is a mean over the {T} query positions.")
+st.dataframe(head_table(stats), hide_index=True, key="stat_table")
+
+st.header("Rollout and flow")
+c1, c2, c3 = st.columns(3)
+method = c1.radio("Method", ["rollout", "flow"], key="relevance_method", bind="query-params", horizontal=True)
+target = c2.selectbox("Output position", list(range(T)), index=T - 1 if trace.kind == "decoder" else 0,
+                      format_func=names.__getitem__, key="relevance_target")
+layer = c3.selectbox("After layer", list(range(L)), index=L - 1, key="relevance_layer")
+st.caption(f"{ROLLOUT}." if method == "rollout" else f"Attention flow: {FLOW}. Computed up to {FLOW_MAX_TOKENS} tokens.")
+if method == "rollout":
+    relevance = kept("rollout", trace, None, lambda: rollout(trace.attentions))[:, target]  # (L, T)
+elif T > FLOW_MAX_TOKENS:
+    relevance = None
+    st.warning(f"Attention flow runs one max-flow per token and layer, so it is limited to {FLOW_MAX_TOKENS} "
+               f"tokens; this text has {T}. Use rollout, or a shorter text.")
+else:
+    with st.spinner(f"Computing {L * T} max-flows…"):
+        relevance = kept("flow", trace, target, lambda: attention_flow(trace.attentions, target))
+if relevance is not None:
+    st.markdown(f"How much of **{names[target]}** after layer {layer} comes from each input token "
+                "(shade: relative to the largest):")
+    st.html(relevance_html(names, relevance[layer]))
+    st.plotly_chart(relevance_map(relevance, names, f"{method} into {names[target]}, every layer", method),
+                    key="relevance_map")
+
+st.header("Head importance by ablation")
+st.caption(f"Remove one head at a time (its output zeroed before the output projection) and measure the change "
+           f"of the model's output — {CITATION}.")
+try:
+    measure = probe(f.model, f.text).measure
+except ValueError as e:
+    st.info(f"{e} Ablation works for the built-in encoders and classifier, and for Hugging Face BERT-, "
+            "DistilBERT-, GPT-2- and Llama-style encoders and causal LMs.")
+else:
+    st.markdown(f"Importance of a head = **{MEASURES[measure]}**.")
+    done = st.session_state.get("ablation")
+    if st.button(f"Compute importance ({L * H} forward passes)", key="ablate"):
+        bar = st.progress(0.0, text="Removing heads one at a time…")
+        scores, _ = head_importance(
+            f.model, f.text, lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"))
+        bar.empty()
+        done = st.session_state["ablation"] = (f.trace, scores)
+    if done and done[0] is f.trace:
+        clickable(head_map(done[1], "importance · click a head to open it", colorscale=DIVERGING,
+                           value_name="importance"), "importance_map")

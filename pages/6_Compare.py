@@ -1,0 +1,80 @@
+"""Compare: the same layer and head for two texts or two models, side by side, and their difference."""
+
+import logging
+
+import numpy as np
+import streamlit as st
+
+from attnviz.analysis import CAVEAT, difference
+from attnviz.backends.common import check_text
+from attnviz.figures.analysis import difference_map
+from attnviz.figures.attention import attention_heatmap
+from attnviz.tokens import labels
+from attnviz.ui import share
+from attnviz.ui.frame import frame, get_trace, layer_head, model_options
+
+log = logging.getLogger("attnviz")
+
+f = frame("Compare")
+st.title("Compare")
+st.caption("A is the sidebar's model and text; B takes another text, another model, or both.")
+st.info(CAVEAT)
+
+c1, c2 = st.columns(2)
+model_b = c1.selectbox("Model B", model_options(), index=None, key="model_b", bind="query-params",
+                       accept_new_options=share.allowed_models() is None, placeholder=f"same as A ({f.key})")
+text_b = c2.text_area("Text B", "", key="text_b", bind="query-params", height=100, max_chars=share.max_chars(),
+                      placeholder="same as A", help="Press Ctrl+Enter (or click outside) to run.")
+key_b, text_b = model_b or f.key, text_b if text_b.strip() else f.text
+try:
+    share.check_allowed(key_b, model_options())
+    trace_b = get_trace(key_b, check_text(text_b))
+except ValueError as e:
+    st.error(f"B: {e}")
+    st.stop()
+except Exception as e:  # a fault in a model or library: say so plainly, keep the page alive
+    log.exception("trace failed for %s", key_b)
+    st.error(f"Could not run {key_b}: {type(e).__name__}: {e}")
+    st.stop()
+if (key_b, text_b) == (f.key, f.text):
+    st.info("B is the same as A: enter another text or choose another model for B.")
+
+traces = {"A": f.trace, "B": trace_b}
+if any(t.kind == "encoder-decoder" for t in traces.values()):
+    side = st.radio("Stack", ["encoder", "decoder"], key="compare_stack", bind="query-params", horizontal=True,
+                    help="For an encoder–decoder model; a model with one stack shows that stack.")
+    traces = {k: getattr(t, side) if t.kind == "encoder-decoder" else t for k, t in traces.items()}
+a, b = traces["A"], traces["B"]
+n_layers, n_heads = min(a.n_layers, b.n_layers), min(a.n_heads, b.n_heads)
+if (a.n_layers, a.n_heads) != (b.n_layers, b.n_heads):
+    st.caption(f"A has {a.n_layers} layers × {a.n_heads} heads, B {b.n_layers} × {b.n_heads}: "
+               "the pickers cover what both have.")
+layer, head = layer_head(n_layers, n_heads, with_mean=True)
+where = f"layer {layer}, " + (f"head {head}" if head is not None else "mean of heads")
+
+
+def weights(t) -> np.ndarray:
+    return t.attentions[layer].mean(0) if head is None else t.attentions[layer, head]  # (T, T)
+
+
+def heatmap(name: str, t):
+    names = labels(t.tokens)
+    masked = np.triu(np.ones((t.n_tokens, t.n_tokens), bool), 1) if t.kind == "decoder" else None
+    return attention_heatmap(weights(t), names, names, f"{name}: {t.model}, {where}", masked=masked)
+
+
+left, right = st.columns(2)
+left.plotly_chart(heatmap("A", a), key="compare_a")
+right.plotly_chart(heatmap("B", b), key="compare_b")
+
+st.header("A − B")
+d = difference(weights(a), weights(b), a.tokens, b.tokens)
+if not len(d.index_a):
+    st.info("The two token sequences have no token in common, so there is no difference to show.")
+else:
+    if a.tokens != b.tokens:
+        st.caption(f"The token sequences differ: the difference covers the {len(d.index_a)} tokens they share "
+                   f"(of {a.n_tokens} in A and {b.n_tokens} in B), aligned in order. The weights are each "
+                   "sequence's own, read at those positions, so rows need not sum to 1.")
+    matched = labels([a.tokens[i] for i in d.index_a])
+    st.plotly_chart(difference_map(d.diff, matched, f"A − B, {where}"), key="compare_diff")
