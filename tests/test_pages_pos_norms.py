@@ -165,3 +165,40 @@ def test_both_pages_at_512_tokens():
         assert size < 30e6, f"{page} sends {size / 1e6:.1f} MB of charts"
     assert _z(charts["residual_in"]).shape == (6, 512)
     assert _z(charts["‖α f(x)‖ · layer 0, head 0"]).shape == (512, 512)
+
+
+@pytest.fixture(scope="module")
+def neox(tmp_path_factory):
+    """A tiny GPT-NeoX (parallel attention and MLP, partial rotary): a family the norm hooks do not cover."""
+    import torch
+    import transformers as tf
+
+    from attnviz.backends.builtin import minilm_path
+
+    folder = tmp_path_factory.mktemp("tiny-neox")
+    config = tf.GPTNeoXConfig(
+        vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64,
+    )  # fmt: skip
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        tf.GPTNeoXForCausalLM(config).save_pretrained(folder)
+    tf.AutoTokenizer.from_pretrained(minilm_path()).save_pretrained(folder)
+    return f"hf:{folder}"
+
+
+def test_uncovered_family_shows_residual_norms_and_says_what_is_missing(neox):
+    at = _run("3_Norms", model=neox, text=TEXT)
+    charts = _ok(at)
+    assert "gpt_neox is wired differently" in at.info[0].value
+    trace = load(neox).trace(TEXT)
+    assert trace.norms == {}
+    np.testing.assert_allclose(_z(charts["residual_in"]), layer_stats(trace)["residual_in"], rtol=1e-6)
+    assert list(at.dataframe[0].value.columns) == ["layer", "token_index", "token", "residual_in", "residual_out"]
+    assert any("no value-vector norms" in i.value for i in at.info)
+
+    charts = _ok(_run("2_Positional", model=neox, text=TEXT))
+    # Rotary over a quarter of each 16-wide head: 4 rotated dimensions, θ = 10000^(−2i/4).
+    y = decode(charts["frequency of each dimension pair"]["data"][0]["y"])
+    np.testing.assert_allclose(y, [1.0, 0.01], rtol=1e-12)
+    np.testing.assert_allclose(y, load(neox).net.gpt_neox.rotary_emb.inv_freq.numpy(), rtol=1e-6)
