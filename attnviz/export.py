@@ -153,51 +153,29 @@ def matrix_csv(attn: np.ndarray, q_labels, k_labels) -> str:
     return out.getvalue()
 
 
-STAT_COLUMNS = ("entropy_bits", "max_weight", "to_special", "to_self", "to_previous", "mean_distance")
-
-
-def head_stats(attn: np.ndarray, special_keys: np.ndarray, self_attention: bool = True) -> dict[str, np.ndarray]:
-    """Per-head summaries of (L, H, Tq, Tk) weights, each (L, H), averaged over queries.
-
-    entropy in bits, the largest weight, weight on special keys ([CLS], [SEP], …); for self-attention
-    also the weight on the query itself, on the previous token, and the mean distance |i − j|.
-    """
-    a = np.asarray(attn, np.float64)
-    Tq, Tk = a.shape[-2:]
-    logs = np.log2(np.where(a > 0, a, 1.0))
-    stats = {
-        "entropy_bits": -(a * logs).sum(-1).mean(-1),
-        "max_weight": a.max(-1).mean(-1),
-        "to_special": a[..., np.asarray(special_keys, bool)].sum(-1).mean(-1),
-    }
-    nan = np.full(a.shape[:2], np.nan)
-    if self_attention and Tq == Tk:
-        i = np.arange(Tq)
-        stats["to_self"] = a[..., i, i].mean(-1)
-        stats["to_previous"] = a[..., i[1:], i[:-1]].mean(-1) if Tq > 1 else nan
-        stats["mean_distance"] = (a * np.abs(i[:, None] - i[None, :])).sum(-1).mean(-1)
-    else:
-        stats |= {"to_self": nan, "to_previous": nan, "mean_distance": nan}
-    return stats
-
-
 def stats_csv(trace) -> str:
-    """``head_stats`` of every stack in the trace as CSV: one row per (stack, layer, head)."""
+    """The Analysis page's head statistics (``attnviz.analysis.heads``) as CSV, one row per (stack, layer, head).
+
+    Cross-attention rows of an encoder–decoder carry only the statistics that need no shared positions.
+    """
+    from .analysis import heads
+
     if isinstance(trace, Seq2SeqTrace):
-        parts = [("encoder", trace.encoder.attentions, trace.encoder.special, True),
-                 ("decoder", trace.decoder.attentions, trace.decoder.special, True),
-                 ("cross", trace.cross_attentions, trace.encoder.special, False)]
+        cross = trace.cross_attentions
+        parts = [("encoder", heads.head_stats(trace.encoder)), ("decoder", heads.head_stats(trace.decoder)),
+                 ("cross", {"entropy": heads.entropy(cross), "max": heads.largest(cross),
+                            **{k: heads.share(cross, m) for k, m in heads.key_masks(trace.encoder).items()}})]
     else:
-        parts = [(trace.kind, trace.attentions, trace.special, True)]
+        parts = [(trace.kind, heads.head_stats(trace))]
+    names = list(heads.STATS)
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(["stack", "layer", "head", *STAT_COLUMNS])
-    for name, attn, special, is_self in parts:
-        s = head_stats(attn, special, is_self)
-        L, H = attn.shape[:2]
+    w.writerow(["stack", "layer", "head", *names])
+    for stack, stats in parts:
+        L, H = next(iter(stats.values())).shape
         for layer in range(L):
             for head in range(H):
-                w.writerow([name, layer, head, *(f"{s[c][layer, head]:.6g}" for c in STAT_COLUMNS)])
+                w.writerow([stack, layer, head, *(f"{stats[n][layer, head]:.6g}" if n in stats else "" for n in names)])
     return out.getvalue()
 
 

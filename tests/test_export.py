@@ -3,14 +3,13 @@
 import csv
 import io
 import json
-import math
 
 import numpy as np
 import pytest
 
 import attnviz
-from attnviz.export import (figure_html, figure_name, from_npz, head_matrix, head_stats, matrix_csv,
-                            stats_csv, to_npz)
+from attnviz.analysis import heads
+from attnviz.export import figure_html, figure_name, from_npz, head_matrix, matrix_csv, stats_csv, to_npz
 from attnviz.figures.attention import attention_heatmap
 from attnviz.tokens import labels
 from attnviz.trace import AttentionTrace, Seq2SeqTrace
@@ -44,7 +43,9 @@ def test_npz_loads_without_pickle_and_round_trips(trace):
     assert_same_stack(from_npz(data), trace)
 
 
-def test_seq2seq_npz_round_trips():
+@pytest.fixture(scope="module")
+def seq2seq():
+    """A small encoder–decoder trace of random row-normalised weights (2 layers, 3 heads)."""
     rng = np.random.default_rng(0)
 
     def stack(T, kind):
@@ -52,15 +53,19 @@ def test_seq2seq_npz_round_trips():
         return AttentionTrace(tokens=[f"t{i}" for i in range(T)], attentions=w / w.sum(-1, keepdims=True),
                               hidden_states=rng.random((3, T, 4)), model="m", kind=kind, text="src", truncated=1)
 
-    t = Seq2SeqTrace(stack(5, "encoder"), stack(4, "decoder"), rng.random((2, 3, 4, 5)), generated=True)
-    back = from_npz(to_npz(t))
+    cross = rng.random((2, 3, 4, 5))
+    return Seq2SeqTrace(stack(5, "encoder"), stack(4, "decoder"), cross / cross.sum(-1, keepdims=True), generated=True)
+
+
+def test_seq2seq_npz_round_trips(seq2seq):
+    back = from_npz(to_npz(seq2seq))
     assert isinstance(back, Seq2SeqTrace) and back.generated
-    assert_same_stack(back.encoder, t.encoder)
-    assert_same_stack(back.decoder, t.decoder)
-    np.testing.assert_array_equal(back.cross_attentions, t.cross_attentions)
-    a, q, k = head_matrix(t, 1, 2, "cross")
-    np.testing.assert_array_equal(a, t.cross_attentions[1, 2])
-    assert (q, k) == (labels(t.decoder.tokens), labels(t.encoder.tokens))
+    assert_same_stack(back.encoder, seq2seq.encoder)
+    assert_same_stack(back.decoder, seq2seq.decoder)
+    np.testing.assert_array_equal(back.cross_attentions, seq2seq.cross_attentions)
+    a, q, k = head_matrix(seq2seq, 1, 2, "cross")
+    np.testing.assert_array_equal(a, seq2seq.cross_attentions[1, 2])
+    assert (q, k) == (labels(seq2seq.decoder.tokens), labels(seq2seq.encoder.tokens))
 
 
 def test_foreign_npz_is_refused_in_plain_words(tmp_path):
@@ -87,29 +92,22 @@ def test_csv_cells_never_start_a_spreadsheet_formula():
     assert not any(c[:1] in "=+@" for c in cells)
 
 
-def _reference_stats(w: np.ndarray, special: np.ndarray) -> dict:
-    """The same statistics by plain loops over one head's rows."""
-    T = len(w)
-    rows = [dict(entropy_bits=-sum(p * math.log2(p) for p in r if p > 0), max_weight=max(r),
-                 to_special=sum(p for p, s in zip(r, special) if s), to_self=r[i],
-                 to_previous=r[i - 1] if i else None, mean_distance=sum(p * abs(i - j) for j, p in enumerate(r)))
-            for i, r in enumerate(w.tolist())]
-    out = {k: sum(r[k] for r in rows) / T for k in rows[0] if k != "to_previous"}
-    out["to_previous"] = sum(r["to_previous"] for r in rows[1:]) / (T - 1)
-    return out
-
-
-def test_head_stats_match_plain_loops(trace):
-    stats = head_stats(trace.attentions, trace.special)
-    for layer, head in [(0, 0), (3, 7), (5, 11)]:
-        ref = _reference_stats(trace.attentions[layer, head].astype(np.float64), trace.special)
-        for k, v in ref.items():
-            assert stats[k][layer, head] == pytest.approx(v, rel=1e-9, abs=1e-12), k
+def test_stats_csv_holds_the_analysis_statistics(trace):
+    stats = heads.head_stats(trace)
     rows = list(csv.DictReader(io.StringIO(stats_csv(trace))))
     assert len(rows) == trace.n_layers * trace.n_heads
     r = rows[3 * trace.n_heads + 7]
-    assert (r["layer"], r["head"]) == ("3", "7")
-    assert float(r["entropy_bits"]) == pytest.approx(stats["entropy_bits"][3, 7], rel=1e-5)
+    assert (r["stack"], r["layer"], r["head"]) == ("encoder", "3", "7")
+    for name in heads.STATS:
+        assert float(r[name]) == pytest.approx(stats[name][3, 7], rel=1e-5, abs=1e-9), name
+
+
+def test_stats_csv_of_an_encoder_decoder_has_cross_rows(seq2seq):
+    rows = list(csv.DictReader(io.StringIO(stats_csv(seq2seq))))
+    assert [r["stack"] for r in rows] == ["encoder"] * 6 + ["decoder"] * 6 + ["cross"] * 6
+    cross = rows[-1]  # layer 1, head 2
+    assert float(cross["max"]) == pytest.approx(seq2seq.cross_attentions[1, 2].max(-1).mean(), rel=1e-5)
+    assert cross["distance"] == cross["prev"] == ""
 
 
 def _plotly_data(page: str) -> list:
