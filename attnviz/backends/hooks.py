@@ -105,33 +105,63 @@ def _n_heads(config, decoder: bool) -> int:
     raise ValueError(f"cannot tell the number of attention heads of {config.model_type}")
 
 
+STATS = ("ln1_in_mean", "ln1_in_std", "ln1_out", "ln2_in_mean", "ln2_in_std", "ln2_out", "attn_out", "ffn_out")
+
+
+def _rows(t) -> torch.Tensor:
+    """The batch's only row of a module's output (the first element of a tuple): (T, ·)."""
+    return (t[0] if isinstance(t, tuple) else t).detach()[0].float()
+
+
 class Recorder:
-    """What the hooks saw in one forward pass; ``norms(side)`` turns it into one stack's statistics."""
+    """Per-token statistics the hooks computed in one forward pass; ``norms(side)`` gives one stack's.
+
+    Hooks reduce each tensor as it passes, so a long text in a deep model keeps (L, H, T) numbers, not (L, T, D).
+    A layer called twice (generation) keeps its last call's statistics, as the model's outputs do.
+    """
 
     def __init__(self, net):
-        self.net = net
-        self.stacks = stacks(net)
-        self.seen: dict[tuple, object] = {}  # (stack, layer, slot) -> tensor or (input, output)
+        self.stacks, self.heads = [], []
+        for stack in stacks(net):
+            try:
+                self.heads.append(_n_heads(net.config, stack.decoder))
+                self.stacks.append(stack)
+            except ValueError as e:  # statistics are optional: the trace goes on without them
+                log.warning("no norm statistics for %s: %s", stack.path, e)
+        self.seen: dict[tuple, torch.Tensor] = {}  # (stack, layer, statistic) -> (T,) or (H, T)
 
     def hooks(self):
-        """(module, hook) pairs to register: one per statistic source of every layer."""
-        for s, stack in enumerate(self.stacks):
+        """(module, hook) pairs to register for every layer of every stack."""
+        for s, (stack, H) in enumerate(zip(self.stacks, self.heads)):
             spec = stack.spec
             for i, layer in enumerate(stack.layers):
-                for slot, path in (("attn_out", spec.attn_out), ("ffn_out", spec.ffn_out), ("value", spec.value)):
-                    yield _sub(layer, path), self._keep((s, i, slot), with_input=False)
-                for slot, path in (("ln1", spec.ln1), ("ln2", spec.ln2)):
-                    yield _sub(layer, path), self._keep((s, i, slot), with_input=True)
+                yield _sub(layer, spec.attn_out), self._norm((s, i, "attn_out"))
+                yield _sub(layer, spec.ffn_out), self._norm((s, i, "ffn_out"))
+                yield _sub(layer, spec.ln1), self._norm_stats(s, i, "ln1")
+                yield _sub(layer, spec.ln2), self._norm_stats(s, i, "ln2")
+                yield _sub(layer, spec.value), self._values((s, i, "value_norms"), _sub(layer, spec.out_proj), spec, H)
 
-    def _keep(self, where: tuple, with_input: bool):
+    def _norm(self, where: tuple):
         def hook(module, args, kwargs, output):
-            out = output[0] if isinstance(output, tuple) else output
-            # A layer called twice (generation) keeps its last call, like the outputs do.
-            if with_input:
-                x = args[0] if args else next(iter(kwargs.values()))
-                self.seen[where] = (x.detach()[0].float().cpu(), out.detach()[0].float().cpu())  # (T, D) each
-            else:
-                self.seen[where] = out.detach()[0].float().cpu()  # (T, ·)
+            self.seen[where] = _rows(output).norm(dim=-1).cpu()  # (T,)
+
+        return hook
+
+    def _norm_stats(self, s: int, i: int, prefix: str):
+        def hook(module, args, kwargs, output):
+            x = (args[0] if args else next(iter(kwargs.values()))).detach()[0].float()  # (T, D) the norm's input
+            self.seen[(s, i, f"{prefix}_in_mean")] = x.mean(-1).cpu()
+            self.seen[(s, i, f"{prefix}_in_std")] = x.std(-1, unbiased=False).cpu()
+            self.seen[(s, i, f"{prefix}_out")] = _rows(output).norm(dim=-1).cpu()
+
+        return hook
+
+    def _values(self, where: tuple, out_proj, spec: Spec, H: int):
+        def hook(module, args, kwargs, output):
+            try:
+                self.seen[where] = _value_norms(_rows(output), out_proj, spec, H).cpu()  # (H, T)
+            except RuntimeError as e:  # an unexpected shape: leave this statistic out, never break the forward
+                log.warning("value norms skipped: %s", e)
 
         return hook
 
@@ -140,45 +170,29 @@ class Recorder:
 
         ``side`` is "encoder" or "decoder" for an encoder–decoder, "" for a model with one stack.
         """
-        chosen = [(i, stack) for i, stack in enumerate(self.stacks) if not side or stack.decoder == (side == "decoder")]
+        chosen = [i for i, stack in enumerate(self.stacks) if not side or stack.decoder == (side == "decoder")]
         if len(chosen) != 1:
             return {}
-        s, stack = chosen[0]
+        s, L = chosen[0], len(self.stacks[chosen[0]].layers)
         try:
-            return self._stack_norms(s, stack)
-        except (KeyError, RuntimeError, ValueError) as e:  # a layer skipped or reshaped: no statistics, still a trace
-            log.warning("norm statistics of %s skipped: %s", stack.path, e)
+            out = {k: torch.stack([self.seen[(s, i, k)] for i in range(L)]).numpy() for k in (*STATS, "value_norms")}
+        except (KeyError, RuntimeError) as e:  # a layer skipped or a length changed: no statistics, still a trace
+            log.warning("norm statistics of %s skipped: %s", self.stacks[s].path, e)
             return {}
-
-    def _stack_norms(self, s: int, stack: Stack) -> dict:
-        H = _n_heads(self.net.config, stack.decoder)
-        per_layer = []
-        for i, layer in enumerate(stack.layers):
-            stats = {}
-            for prefix in ("ln1", "ln2"):
-                x, y = self.seen[(s, i, prefix)]
-                stats[f"{prefix}_in_mean"] = x.mean(-1)
-                stats[f"{prefix}_in_std"] = x.std(-1, unbiased=False)
-                stats[f"{prefix}_out"] = y.norm(dim=-1)
-            stats["attn_out"] = self.seen[(s, i, "attn_out")].norm(dim=-1)
-            stats["ffn_out"] = self.seen[(s, i, "ffn_out")].norm(dim=-1)
-            out_proj = _sub(layer, stack.spec.out_proj)
-            stats["value_norms"] = _value_norms(self.seen[(s, i, "value")], out_proj, stack.spec, H)
-            per_layer.append(stats)
-        return {k: torch.stack([p[k] for p in per_layer]).numpy() for k in per_layer[0]}  # (L, T) or (L, H, T)
+        return out  # (L, T) each, value_norms (L, H, T)
 
 
 def _value_norms(values: torch.Tensor, out_proj, spec: Spec, H: int) -> torch.Tensor:
     """‖f_h(x_j)‖ = ‖v_h(x_j) W_O,h‖ per head and token (Kobayashi et al. 2020): (H, T)."""
-    w = out_proj.weight.detach().float().cpu()
+    w = out_proj.weight.detach().float()
     w = w if spec.conv1d else w.T  # (H·Dh, D)
     Dh = w.shape[0] // H
     if spec.fused_qkv:
         values = values[:, -w.shape[0]:]  # (T, H·Dh)
     T = values.shape[0]
-    v = values.view(T, -1, Dh).transpose(0, 1)  # (Hkv, T, Dh)
+    v = values.reshape(T, -1, Dh).transpose(0, 1)  # (Hkv, T, Dh)
     v = v.repeat_interleave(H // v.shape[0], dim=0)  # grouped-query attention: each kv head serves H/Hkv heads
-    return (v @ w.view(H, Dh, -1)).norm(dim=-1)  # (H, T, D) -> (H, T)
+    return (v @ w.reshape(H, Dh, -1)).norm(dim=-1)  # (H, T, D) -> (H, T)
 
 
 @contextmanager
