@@ -50,6 +50,20 @@ def test_builtin_models():
     assert info.frequencies[2] == pytest.approx(10000 ** (-4 / 512))
 
 
+def test_trained_model_shapes():
+    """The seed's classifier and translator keep their embeddings inside the encoder."""
+    from attnviz.nn import TextClassifier, TransformerConfig, Translator
+
+    c = TransformerConfig(vocab_size=50, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=20, n_classes=2)
+    learned = TextClassifier(TransformerConfig(**{**c.to_dict(), "positional": "learned"}))
+    info = position_info(learned)
+    assert info.kind == "learned"
+    np.testing.assert_array_equal(info.table, learned.encoder.embeddings.positions.embedding.weight.detach().numpy())
+    info = position_info(Translator(c))
+    assert info.kind == "sinusoidal"
+    np.testing.assert_allclose(info.table, sinusoidal(20, 16))
+
+
 @pytest.fixture(scope="module")
 def hf(tiny_model):
     cache = {}
