@@ -23,9 +23,9 @@ if st.session_state.pop("open_head", False):
 def open_head(chart_key: str) -> None:
     """A click on a head's cell: open that head on the attention page."""
     points = st.session_state[chart_key].selection.points
-    if points and "customdata" in points[0]:
-        layer, head = points[0]["customdata"]
-        st.session_state["layer"], st.session_state["head"] = int(layer), int(head)
+    # The cell's coordinates, not its customdata: the browser sends customdata [2, 5] as {"0": 2, "1": 5}.
+    if points and {"x", "y"} <= points[0].keys():
+        st.session_state["layer"], st.session_state["head"] = int(points[0]["y"]), int(points[0]["x"])
         st.session_state["open_head"] = True
 
 
@@ -54,7 +54,7 @@ stat = st.selectbox("Statistic", list(STATS), format_func=lambda k: STATS[k].lab
 stats = kept("stats", trace, None, lambda: head_stats(trace))
 clickable(head_map(stats[stat], f"{STATS[stat].label} · click a head to open it", stat_range(stat, T),
                    value_name=STATS[stat].label), "stat_map")
-st.caption(f"{STATS[stat].formula}. Each value is a mean over the {T} query positions.")
+st.caption(f"{STATS[stat].formula}.")
 st.dataframe(head_table(stats), hide_index=True, key="stat_table")
 
 st.header("Rollout and flow")

@@ -92,8 +92,10 @@ def test_ablation_button_and_clicking_a_head_opens_it(trace):
     scores, _ = head_importance(attnviz.load("builtin:minilm"), TEXT)
     heat, _ = charts(at)["importance_map"]["data"]
     np.testing.assert_allclose(decode(heat["z"]), scores, atol=1e-9)
-    # A click on layer 4, head 9 of the statistics map opens that head on the attention page.
-    select(at, "stat_map", {"curve_number": 1, "point_number": 57, "point_index": 57, "customdata": [4, 9]})
+    # A click on layer 4, head 9 of the statistics map opens that head on the attention page. The payload is
+    # what Chromium sent for such a click (customdata arrives as an object with keys "0" and "1").
+    select(at, "stat_map", {"curve_number": 1, "point_number": 57, "point_index": 57, "x": 9, "y": 4,
+                            "customdata": {"0": 4, "1": 9}, "text": "0.5"})
     ok(at)
     assert at.title[0].value == "Attention"
     assert (at.selectbox(key="layer").value, at.selectbox(key="head").value) == (4, 9)
