@@ -53,16 +53,17 @@ def test_link_sets_model_text_layer_and_head():
 LONG = "word " * 40_000  # 200,000 characters
 GARBAGE = [
     (dict(model="nonsense"), ("builtin:minilm", DEFAULT_TEXT, 0, 0),
-     ["The link's model ` nonsense ` could not be opened: ` Unknown model 'nonsense'."]),
+     ["The link's model nonsense could not be opened: ` Unknown model 'nonsense'."]),
     (dict(model="hf:/no/such/folder", layer="2"), ("builtin:minilm", DEFAULT_TEXT, 2, 0),
      ["The link's model ` hf:/no/such/folder ` could not be opened"]),
     (dict(layer="99", head="-1"), ("builtin:minilm", DEFAULT_TEXT, 0, 0),
-     ["Layer ` 99 ` in the link is out of range for builtin:minilm (0–5); showing layer 0.",
-      "Head ` -1 ` in the link is out of range for builtin:minilm (0–11); showing head 0."]),
-    (dict(layer="abc", head="1.5"), ("builtin:minilm", DEFAULT_TEXT, 0, 0),
-     ["Layer ` abc ` in the link is not a whole number", "Head ` 1.5 ` in the link is not a whole number"]),
+     ["Layer 99 in the link is out of range for builtin:minilm (0–5); showing layer 0.",
+      "Head -1 in the link is out of range for builtin:minilm (0–11); showing head 0."]),
+    (dict(layer="1.5", head="[1](https://e.test)"), ("builtin:minilm", DEFAULT_TEXT, 0, 0),
+     ["Layer 1.5 in the link is not a whole number",  # a crafted value shows as code, not as a link:
+      "Head ` [1](https://e.test) ` in the link is not a whole number"]),
     (dict(layer=["1", "4"], head=["2", "2"]), ("builtin:minilm", DEFAULT_TEXT, 4, 2),
-     ["The link gives layer 2 times (` 1, 4 `); using the last one.", "gives head 2 times (` 2, 2 `)"]),
+     ["The link gives layer 2 times (1, 4); using the last one.", "gives head 2 times (2, 2)"]),
     (dict(text=LONG), ("builtin:minilm", LONG[:DEFAULT_MAX_CHARS], 0, 0),
      ["text has 200,000 characters; this app takes at most 20,000"]),
 ]

@@ -62,9 +62,12 @@ def check_allowed(key: str, options: list[str]) -> None:
 
 
 def code(value) -> str:
-    """``value`` as a Markdown code span: whatever a crafted link holds shows as typed, never as a link,
-    an image or formatting (a fence longer than any run of backticks inside keeps it closed)."""
+    """``value`` safe in Markdown: as is when it is a plain word or number (``99``, ``no-such-model``),
+    else a code span, so whatever a crafted link holds shows as typed, never as a link, an image or
+    formatting (a fence longer than any run of backticks inside keeps the span closed)."""
     text = " ".join(str(value).split())
+    if re.fullmatch(r"[A-Za-z0-9.+-]+", text) and "www." not in text.lower():  # "www." would autolink
+        return text
     fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
     return f"{fence} {text} {fence}"
 
@@ -108,7 +111,7 @@ def check_link(key: str, default: str, load) -> None:
     for name in LINK_KEYS:
         values = _raw(name)
         if len(values) > 1:
-            shown = "" if name == "text" else f" ({code(', '.join(values))})"
+            shown = "" if name == "text" else f" ({', '.join(map(code, values))})"
             note(f"The link gives {name} {len(values)} times{shown}; using the last one.")
     model = _raw("model")
     if model and not st.session_state[_LINK].get("fell_back"):
