@@ -12,6 +12,7 @@ import torch
 from ..nn import EncoderModel, TransformerConfig
 from ..trace import AttentionTrace
 from .common import check_text, encode
+from .trained import TRAINED
 
 
 def minilm_path() -> Path:
@@ -113,8 +114,9 @@ class BuiltinModel:
             out = self.net(ids, stats=True)
         return AttentionTrace(
             tokens=enc.tokens,
-            attentions=torch.cat(out.attentions).numpy(),  # L × (1, H, T, T) -> (L, H, T, T)
-            hidden_states=torch.cat(out.hidden_states).numpy(),  # (L+1, T, D)
+            # Per-layer arrays, not torch.cat: AttentionTrace stacks them in its own (single) copy.
+            attentions=[a[0].numpy() for a in out.attentions],  # L × (H, T, T) -> (L, H, T, T)
+            hidden_states=[h[0].numpy() for h in out.hidden_states],  # (L+1) × (T, D) -> (L+1, T, D)
             norms={k: v[0].numpy() for k, v in out.stats.items()},
             special=enc.special,
             word_ids=enc.word_ids,
@@ -157,4 +159,4 @@ def _seed() -> BuiltinModel:
 
 
 # key -> factory; trained examples register themselves here too.
-BUILTIN = {"builtin:minilm": _minilm, "builtin:seed": _seed}
+BUILTIN = {"builtin:minilm": _minilm, "builtin:seed": _seed, **TRAINED}
