@@ -1,0 +1,99 @@
+"""Train the seed's models on a generated task and watch the loss, the accuracy and the attention change."""
+
+import streamlit as st
+
+from attnviz.figures.attention import attention_heatmap
+from attnviz.figures.train import training_curves
+from attnviz.tasks import TASKS
+from attnviz.tokens import labels
+from attnviz.train import TrainConfig, train
+from attnviz.ui.frame import frame, register_session_model, session_models
+
+TITLES = {
+    "classifier": "Sentiment classifier: a cue word, maybe negated, decides positive or negative",
+    "translator": "Date translator: “Friday, the 5th of March 2021” → 2021-03-05",
+}
+SIZES = {  # the seed's architecture (post-norm, sinusoidal positions, ReLU) at small widths
+    "tiny": dict(d_model=32, n_heads=2, n_layers=1, d_ff=64),
+    "small": dict(d_model=64, n_heads=4, n_layers=2, d_ff=128),
+    "medium": dict(d_model=128, n_heads=4, n_layers=3, d_ff=256),
+}
+
+
+def session_key(task: str) -> str:
+    return f"session:{task}"
+
+
+def show_probe(model, text: str, chart_key: str) -> None:
+    """The model's answer for ``text`` and the attention that produced it (last layer, mean of heads)."""
+    try:
+        trace = model.trace(text)
+    except ValueError as e:
+        st.error(str(e))
+        return
+    if trace.kind == "encoder-decoder":
+        st.markdown(f"Greedy translation: `{model.translate(text)}`")
+        attn, rows, cols = trace.cross_attentions[-1].mean(0), trace.decoder.tokens, trace.encoder.tokens
+        title = "Cross-attention, last layer, mean of heads: row i is the query that writes the next token."
+    else:
+        probs = model.predict(text)
+        st.dataframe({"label": list(probs), "probability": list(probs.values())}, hide_index=True,
+                     column_config={"probability": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0)})
+        attn, rows, cols = trace.attentions[-1].mean(0), trace.tokens, trace.tokens
+        title = "Self-attention, last layer, mean of heads."
+    st.caption(title)
+    st.plotly_chart(attention_heatmap(attn, labels(rows), labels(cols)), key=chart_key)
+
+
+def use_model(key: str) -> None:
+    st.session_state["model"] = key
+
+
+frame("Train")
+st.title("Train")
+st.markdown(
+    "Train the seed's transformer, at a small size, on a task attnviz generates, and watch it learn. "
+    "The trained model stays available in the sidebar's model picker for this session."
+)
+c1, c2, c3 = st.columns(3)
+task = c1.radio("Task", list(TASKS), format_func=lambda t: TITLES[t].split(":")[0], key="train_task")
+size = c2.select_slider("Size", list(SIZES), "small", key="train_size",
+                        help=" · ".join(f"{k}: {v['n_layers']} layers × {v['n_heads']} heads, width {v['d_model']}"
+                                        for k, v in SIZES.items()))
+steps = c3.number_input("Steps", 10, 5000, 400, step=50, key="train_steps",
+                        help="Batches of 64 fresh examples; small models need a few hundred.")
+st.caption(TITLES[task])
+probe = st.text_input("Probe example", TASKS[task].probe, key=f"train_probe_{task}",
+                      help="Shown after each evaluation while training, and with the trained model afterwards.")
+
+if st.button("Train", type="primary", key="train_go"):
+    config = TrainConfig(steps=int(steps), eval_every=max(1, int(steps) // 8), eval_size=200,
+                         log_every=max(1, int(steps) // 100), **SIZES[size])
+    bar, chart, live = st.progress(0.0, "starting…"), st.empty(), st.empty()
+    rows = []
+
+    def on_step(p):
+        rows.append(p.row())
+        bar.progress(p.step / p.steps, f"step {p.step} / {p.steps} · loss {p.loss:.4f}")
+        chart.plotly_chart(training_curves(rows), key=f"train_curve_{p.step}")
+        if p.model is not None:
+            with live.container():
+                st.subheader(f"Probe at step {p.step} · held-out accuracy {p.eval_accuracy:.1%}")
+                show_probe(p.model, probe, f"train_probe_chart_{p.step}")
+
+    result = train(task, config, on_step, key=session_key(task))
+    register_session_model(session_key(task), result.model)
+    st.session_state.setdefault("train_results", {})[task] = dict(
+        size=size, history=result.history, accuracy=result.eval_accuracy, seconds=result.seconds
+    )
+    st.rerun()  # so the model picker, drawn before training, lists the new model
+
+done = st.session_state.get("train_results", {}).get(task)
+if done and session_key(task) in session_models():
+    key = session_key(task)
+    st.success(f"Trained **{key}** ({done['size']}) in {done['seconds']:.0f} s: "
+               f"{done['accuracy']:.1%} on held-out examples.")
+    st.button(f"Use {key} on every page", key="train_use", on_click=use_model, args=(key,))
+    st.plotly_chart(training_curves(done["history"]), key="train_curve")
+    st.subheader("Try it")
+    show_probe(session_models()[key], probe, "train_probe_chart")

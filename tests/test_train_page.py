@@ -1,0 +1,57 @@
+"""The Train page in real Streamlit (AppTest): a tiny run draws its curves, probes the model, and makes it
+selectable on every page of the session."""
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from attnviz.tasks import TASKS
+from helpers import chart_specs, decode
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_tiny_run_shows_losses_probe_and_registers_the_model():
+    at = AppTest.from_file("../app.py", default_timeout=120)  # the app, so the model can visit another page
+    at.switch_page("pages/5_Train.py")
+    at.query_params["model"] = "builtin:classifier"  # a light model for the shared frame's own trace
+    at.run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert "session:translator" not in at.selectbox(key="model").options
+
+    at.radio(key="train_task").set_value("translator")
+    at.select_slider(key="train_size").set_value("tiny")
+    at.number_input(key="train_steps").set_value(20)
+    at.button(key="train_go").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+
+    specs = chart_specs(at)
+    loss, _, held_out = next(s["data"] for s in specs if s["data"][0].get("name") == "loss")
+    assert decode(loss["x"]).tolist() == list(range(1, 21))  # 20 steps, every one logged
+    losses = decode(loss["y"])
+    assert np.isfinite(losses).all() and (losses > 0).all() and losses[-1] < losses[0]
+    assert decode(held_out["x"]).tolist() == list(range(2, 21, 2))
+    assert ((decode(held_out["y"]) >= 0) & (decode(held_out["y"]) <= 1)).all()
+
+    assert "session:translator" in at.selectbox(key="model").options
+    model = at.session_state["session_models"]["session:translator"]
+    assert model.n_layers == 1 and model.n_heads == 2
+    probe = model.trace(TASKS["translator"].probe)
+    heat = next(s["data"][0] for s in specs if s["data"][0]["type"] == "heatmap")
+    np.testing.assert_allclose(decode(heat["z"]), probe.cross_attentions[-1].mean(0), atol=1e-6)
+    assert any(model.translate(TASKS["translator"].probe) in m.value for m in at.markdown)
+
+    at.button(key="train_use").click().run()
+    assert at.selectbox(key="model").value == "session:translator"
+    at.switch_page("pages/1_Attention.py").run()
+    at.selectbox(key="model").set_value("session:translator").run()  # AppTest forgets the pick across pages
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert at.title[0].value == "Attention"
+    assert any("session:translator" in c.value and "encoder-decoder" in c.value for c in at.caption)
