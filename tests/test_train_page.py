@@ -6,7 +6,9 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from attnviz.figures.common import safe
 from attnviz.tasks import TASKS
+from attnviz.tokens import labels
 from helpers import chart_specs, decode
 
 
@@ -55,3 +57,24 @@ def test_tiny_run_shows_losses_probe_and_registers_the_model():
     assert not at.exception and not at.error, (at.exception, at.error)
     assert at.title[0].value == "Attention"
     assert any("session:translator" in c.value and "encoder-decoder" in c.value for c in at.caption)
+
+
+def test_classifier_run_shows_the_probe_prediction_and_attention():
+    at = AppTest.from_file("../pages/5_Train.py", default_timeout=120)
+    at.query_params["model"] = "builtin:classifier"
+    at.run()
+    at.select_slider(key="train_size").set_value("tiny")
+    at.number_input(key="train_steps").set_value(10)
+    at.text_input(key="train_probe_classifier").set_value("The <b>old</b> hotel was never dull")
+    at.button(key="train_go").click().run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+
+    model = at.session_state["session_models"]["session:classifier"]
+    text = "The <b>old</b> hotel was never dull"
+    table = at.dataframe[0].value
+    np.testing.assert_allclose(table["probability"], list(model.predict(text).values()), atol=1e-6)
+    assert table["label"].tolist() == ["negative", "positive"]
+    trace = model.trace(text)
+    heat = next(s["data"][0] for s in chart_specs(at) if s["data"][0]["type"] == "heatmap")
+    np.testing.assert_allclose(decode(heat["z"]), trace.attentions[-1].mean(0), atol=1e-6)
+    assert heat["x"] == safe(labels(trace.tokens)) and "[UNK] (1)" in heat["x"]  # "<" is not in the vocabulary
