@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from .backends.trained import CHECKPOINTS, TrainedClassifier, TrainedTranslator, save_checkpoint
 from .nn import TextClassifier, TransformerConfig, Translator
-from .tasks import BOS, EOS, PAD, TASKS, Example, Task
+from .tasks import BOS, EOS, TASKS, Example, Task
 
 EVAL_SEED = 1_000_003  # held-out examples come from this seed, training batches from TrainConfig.seed
 
