@@ -7,6 +7,7 @@ Widget keys ``model``, ``text``, ``layer`` and ``head`` are bound to the URL's q
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import NamedTuple
 
@@ -41,13 +42,20 @@ def get_model(key: str):
 
 
 # Traces are frozen with read-only arrays, so one cached object can be shared safely between
-# sessions; cache_resource avoids cache_data's copy of ~75 MB per rerun at 512 tokens.
-@st.cache_resource(max_entries=16, show_spinner=False)
+# sessions; cache_resource avoids cache_data's copy of ~80 MB per rerun at 512 tokens. Eight
+# entries bound the cache at ~650 MB even when every one is a 512-token MiniLM trace.
+@st.cache_resource(max_entries=8, show_spinner=False)
 def _cached_trace(key: str, text: str, target: str | None):
     return get_model(key).trace(text, target)
 
 
 _session_lock = threading.Lock()
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>|~$])")  # what makes links, emphasis, code, HTML or LaTeX
+
+
+def plain(message: str) -> str:
+    """``message`` shown as typed in Streamlit's Markdown: a model name cannot become a link or markup."""
+    return _MARKDOWN.sub(r"\\\1", message)
 
 
 def session_models() -> dict:
@@ -122,11 +130,11 @@ def frame(title: str) -> Frame:
             model = resolve(key)
             trace = get_trace(key, text)
     except ValueError as e:
-        st.error(str(e))
+        st.error(plain(str(e)))
         st.stop()
     except Exception as e:  # a fault in a model or library: say so plainly, keep the page alive
         log.exception("trace failed for %s", key)
-        st.error(f"Could not run {key}: {type(e).__name__}: {e}")
+        st.error(plain(f"Could not run {key}: {type(e).__name__}: {e}"))
         st.stop()
     status(trace)
     return Frame(key, model, text, trace)
@@ -136,7 +144,7 @@ def status(trace) -> None:
     """One line: model, kind, token count and what was truncated."""
     stacks = [trace] if trace.kind != "encoder-decoder" else [trace.encoder, trace.decoder]
     counts = " → ".join(str(s.n_tokens) for s in stacks)
-    line = f"**{trace.model}** · {trace.kind} · {counts} tokens"
+    line = f"**{plain(trace.model)}** · {trace.kind} · {counts} tokens"
     if trace.truncated:
         line += f" · ⚠️ {trace.truncated} tokens cut to fit the model's {stacks[0].n_tokens} positions"
     st.caption(line)
