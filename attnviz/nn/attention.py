@@ -18,7 +18,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout: nn.Module | None =
     ``mask`` is boolean and broadcasts to (..., Tq, Tk); True means "may attend". A row with
     nothing to attend to gets all-zero weights (and a zero output), never NaN.
     """
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., Tq, Tk)
+    # Scaling q (Tq·d_k values) rather than the scores (Tq·Tk) is the same product for less work.
+    scores = (q / math.sqrt(q.size(-1))) @ k.transpose(-2, -1)  # (..., Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)
@@ -52,11 +53,12 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, Dh)
 
-    def forward(self, query, key, value, mask=None, head_mask=None):
+    def forward(self, query, key, value, mask=None, head_mask=None, value_norms: bool = False):
         """(B, Tq, D), (B, Tk, D), (B, Tk, D) -> (out (B, Tq, D), weights (B, H, Tq, Tk)).
 
         ``mask`` broadcasts to (B, H, Tq, Tk), True = attend. ``head_mask`` (H,) scales each
-        head's contribution (0 removes a head), as in Michel et al. 2019.
+        head's contribution (0 removes a head), as in Michel et al. 2019. With ``value_norms``
+        a third item, ``self.value_norms(value)`` from the values already projected.
         """
         q = self._split(self.q_proj(query))  # (B, H, Tq, Dh)
         k = self._split(self.k_proj(key))  # (B, H, Tk, Dh)
@@ -66,13 +68,18 @@ class MultiHeadAttention(nn.Module):
             ctx = ctx * head_mask.view(1, -1, 1, 1)
         B, _, Tq, _ = ctx.shape
         ctx = ctx.transpose(1, 2).reshape(B, Tq, self.d_model)  # (B, Tq, D)
-        return self.out_proj(ctx), weights
+        out = self.out_proj(ctx)
+        return (out, weights, self._value_norms(v)) if value_norms else (out, weights)
 
     def value_norms(self, value):
         """‖f_h(x_j)‖ = ‖(x_j W_V + b_V)_h W_O,h‖ per head and key (Kobayashi et al. 2020): (B, H, Tk)."""
-        v = self._split(self.v_proj(value))  # (B, H, Tk, Dh)
+        return self._value_norms(self._split(self.v_proj(value)))  # (B, H, Tk, Dh) -> (B, H, Tk)
+
+    def _value_norms(self, v):
         w_o = self.out_proj.weight.view(self.d_model, self.n_heads, self.d_head).permute(1, 2, 0)  # (H, Dh, D)
-        return (v @ w_o).norm(dim=-1)  # (B, H, Tk, D) -> (B, H, Tk)
+        # ‖v W‖² = v (W Wᵀ) vᵀ: a Dh×Dh Gram matrix per head instead of widening every value to D.
+        gram = w_o @ w_o.transpose(1, 2)  # (H, Dh, Dh)
+        return ((v @ gram) * v).sum(-1).clamp(min=0).sqrt()  # (B, H, Tk)
 
     def load_from_torch(self, mha: nn.MultiheadAttention):
         """Copy the weights of a ``torch.nn.MultiheadAttention`` (batch_first or not)."""

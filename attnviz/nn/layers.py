@@ -29,9 +29,9 @@ class LayerNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
-        mean = x.mean(-1, keepdim=True)
-        var = x.var(-1, unbiased=False, keepdim=True)
-        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+        centred = x - x.mean(-1, keepdim=True)
+        var = centred.square().mean(-1, keepdim=True)  # biased; several times faster than x.var on CPU
+        return torch.addcmul(self.bias, centred / torch.sqrt(var + self.eps), self.weight)  # γ·x̂ + β in one pass
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -79,9 +79,10 @@ class Residual(nn.Module):
 def _stats(prefix: str, out_key: str, parts) -> dict:
     """Per-token statistics of one residual sublayer: (B, T) each."""
     norm_in, norm_out, out = parts
+    mean = norm_in.mean(-1)
     return {
-        f"{prefix}_in_mean": norm_in.mean(-1),
-        f"{prefix}_in_std": norm_in.std(-1, unbiased=False),
+        f"{prefix}_in_mean": mean,
+        f"{prefix}_in_std": (norm_in - mean[..., None]).pow(2).mean(-1).sqrt(),  # biased; faster than .std
         f"{prefix}_out": norm_out.norm(dim=-1),
         out_key: out.norm(dim=-1),
     }
@@ -99,18 +100,19 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x, mask=None, head_mask=None, stats: bool = False):
         """(B, T, D) -> (out (B, T, D), weights (B, H, T, T), stats dict or None)."""
-        attn_in = []
+        norms = []  # the value norms, computed from the forward's own values when stats are asked for
 
         def attend(h):
-            attn_in.append(h)
-            return self.self_attn(h, h, h, mask, head_mask)
+            out, weights, *vn = self.self_attn(h, h, h, mask, head_mask, value_norms=stats)
+            norms.extend(vn)
+            return out, weights
 
         x, weights, p1 = self.sub1(x, attend)
         x, _, p2 = self.sub2(x, lambda h: (self.ffn(h), None))
         if not stats:
             return x, weights, None
         s = {**_stats("ln1", "attn_out", p1), **_stats("ln2", "ffn_out", p2)}
-        s["value_norms"] = self.self_attn.value_norms(attn_in[0])  # (B, H, T)
+        s["value_norms"] = norms[0]  # (B, H, T)
         return x, weights, s
 
 
@@ -133,11 +135,12 @@ class DecoderLayer(nn.Module):
         """
         causal = causal_mask(x.size(1), x.device)  # (Tt, Tt)
         self_mask = causal if self_mask is None else self_mask & causal
-        attn_in = []
+        norms = []
 
         def attend(h):
-            attn_in.append(h)
-            return self.self_attn(h, h, h, self_mask)
+            out, weights, *vn = self.self_attn(h, h, h, self_mask, value_norms=stats)
+            norms.extend(vn)
+            return out, weights
 
         x, self_w, p1 = self.sub1(x, attend)
         x, cross_w, _ = self.sub2(x, lambda h: self.cross_attn(h, memory, memory, memory_mask))
@@ -145,5 +148,5 @@ class DecoderLayer(nn.Module):
         if not stats:
             return x, self_w, cross_w, None
         s = {**_stats("ln1", "attn_out", p1), **_stats("ln2", "ffn_out", p3)}
-        s["value_norms"] = self.self_attn.value_norms(attn_in[0])
+        s["value_norms"] = norms[0]
         return x, self_w, cross_w, s
