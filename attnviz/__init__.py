@@ -5,7 +5,14 @@ Shape legend, used in comments throughout:
     D  model width       Dh head width       F  feed-forward width       B  batch
 """
 
-from .backends import DEFAULT_MODEL, list_models, load
+import os
+
+# Huge pages for torch tensors of 2 MB and more (read when torch first allocates, so only if torch is not
+# imported yet): a 512-token forward keeps ~75 MB of attention weights, and faulting them in 4 KB pages
+# cost ~15% of the forward here (bench/RESULTS.md).
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
+from .backends import DEFAULT_MODEL, list_models, load  # noqa: E402
 from .trace import AttentionTrace, Seq2SeqTrace
 
 __version__ = "0.1.0"
