@@ -117,11 +117,35 @@ def sidebar() -> tuple[str, str]:
     return (key or DEFAULT_MODEL), text
 
 
+SHARED = ("model", "text", "layer", "head")
+
+
+def carry_over(title: str) -> None:
+    """Restore the shared widgets after a page switch, which drops the URL's query string.
+
+    Widgets are per page, so the new page's ones would start at their defaults without this.
+    """
+    saved = st.session_state.setdefault("shared_values", {})
+    if st.session_state.get("page") not in (None, title):
+        for k in SHARED:
+            if k in saved and k not in st.query_params:
+                st.session_state[k] = saved[k]
+    st.session_state["page"] = title
+
+
+def remember(*keys: str) -> None:
+    """Keep the shared widgets' current values for the next page."""
+    saved = st.session_state.setdefault("shared_values", {})
+    saved.update({k: st.session_state[k] for k in keys if k in st.session_state})
+
+
 def frame(title: str) -> Frame:
     """Render the shared frame and return the model and trace; stops the page with a message on bad input."""
     st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
     share.read_link()
+    carry_over(title)
     key, text = sidebar()
+    remember("model", "text")
     share.check_link(key, model_options()[0], resolve)
     try:
         share.check_allowed(key, model_options())
@@ -163,4 +187,5 @@ def layer_head(n_layers: int, n_heads: int, with_mean: bool = False) -> tuple[in
     head = c2.selectbox("Head", heads, key="head", bind="query-params", **default)
     share.check_link_index("layer", layer, n_layers)
     share.check_link_index("head", head, n_heads)
+    remember("layer", "head")
     return int(layer), (None if head == "mean" else int(head))
