@@ -5,7 +5,9 @@ from functools import partial
 import streamlit as st
 
 from attnviz.figures.attention import QUANTISE_ABOVE, explorer_figures
+from attnviz.export import figure_name
 from attnviz.ui.frame import frame, layer_head
+from attnviz.ui.share import chart_config, downloads
 from attnviz.views import Options, focus_html, stack_view, stacks
 
 TABS = {"encoder": "Encoder", "decoder": "Decoder", "cross": "Cross"}
@@ -65,10 +67,13 @@ def explore(name: str) -> None:
     chart_key = f"overview_{name}"
     overview.plotly_chart(figs["overview"], key=chart_key, on_select=partial(open_head, chart_key, view.attn.shape[1]),
                           selection_mode="points")
+    stack = "encoder" if name == "self" else name
     with detail:
-        st.plotly_chart(figs["detail"], key=f"detail_{name}")
+        image = figure_name(f.trace.model, layer, head, "" if stack == "encoder" else stack)
+        st.plotly_chart(figs["detail"], key=f"detail_{name}", config=chart_config(image, key=f"share_{name}"))
         if view.attn[0, 0].size > QUANTISE_ABOVE:
             st.caption("Weights in this heatmap are rounded to steps of 1/255 to keep the page light.")
+        downloads(f.trace, figs["detail"], layer, head, stack=stack, key=f"share_{name}")
     with focus_col:
         st.html(focus_html(view, layer, head, focus, direction, log_scale))
         st.plotly_chart(figs["focus"], key=f"focus_{name}")

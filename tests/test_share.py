@@ -97,3 +97,15 @@ def test_operator_settings_from_secrets():
     assert at.selectbox(key="model").options == ["builtin:seed", "builtin:minilm"]
     assert at.text_area(key="text").value == "x" * 30
     assert "text has 50 characters; this app takes at most 30" in at.warning[0].value
+
+
+def test_attention_page_detail_has_the_share_box():
+    at = AppTest.from_file("../pages/1_Attention.py", default_timeout=90)
+    at.query_params.update({"model": "builtin:seed", "text": "Owls hunt at night.", "layer": "2", "head": "4"})
+    at.run()
+    assert not at.exception and not at.error
+    names = [json.loads(c.proto.config).get("toImageButtonOptions", {}).get("filename") for c in at.get("plotly_chart")]
+    assert "attnviz_builtin-seed_L2_H4" in names
+    assert [b.proto.label for b in at.get("download_button")] == [
+        "This head (CSV)", "Head statistics (CSV)", "Whole trace (.npz)", "Figure (HTML)"]
+    assert _link(at)["layer"] == "2" and _link(at)["head"] == "4"
