@@ -1,0 +1,89 @@
+"""Every benchmark in one go, then PASS / MISS per target.
+
+Run from the repository root: ``pip install -r bench/requirements.txt && python bench/run_all.py``.
+Each script runs in its own process and prints its tables; JSON goes to bench/out/ and the verdicts
+to bench/out/summary.json. BENCH_QUICK=1 repeats less; BENCH_THREADS=N sets torch's threads;
+BENCH_SKIP=analysis_speed,… leaves scripts out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from common import MB, OUT, ROOT, conditions, mb, save, table
+from server import short
+
+# In order: payload writes bertviz's HTML that browser opens.
+SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "analysis_speed"]
+MINILM = "builtin:minilm"
+
+
+def run_scripts() -> dict:
+    """script -> (exit code, seconds); each script prints its own tables."""
+    status = {}
+    skip = set(os.environ.get("BENCH_SKIP", "").replace(" ", "").split(","))
+    for name in (s for s in SCRIPTS if s not in skip):
+        print(f"\n## {name}", flush=True)
+        t0 = time.perf_counter()
+        code = subprocess.call([sys.executable, str(ROOT / "bench" / f"{name}.py")], cwd=ROOT)
+        status[name] = (code, time.perf_counter() - t0)
+        print(f"({name}: exit {code}, {status[name][1]:.0f} s)", flush=True)
+    return status
+
+
+def load(name: str) -> dict | None:
+    path = OUT / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def targets() -> list[list]:
+    """[target, measured, limit, verdict] for every target the issue sets."""
+    server, payload, browser, memory = (load(n) for n in ("server", "payload", "browser", "memory"))
+    rows = []
+
+    def add(name, value, limit, ok, fmt):
+        rows.append([name, "not measured" if value is None else fmt(value), fmt(limit),
+                     "—" if value is None else ("PASS" if ok(value) else "MISS")])
+
+    overview = payload and payload["attnviz"]["512"]["bytes"].get("overview")
+    add("overview payload at 512 tokens", overview, 2 * MB, lambda v: v <= 2 * MB, lambda v: f"{mb(v)} MB")
+
+    for r in (server or {}).get("rows", []):
+        if r.get("tokens") == 512:
+            add(f"trace / bare forward at 512, {short(r['model'])}", r["ratio"], 1.3, lambda v: v <= 1.3,
+                lambda v: f"{v:.2f}×")
+    for r in (server or {}).get("builtin_vs_hf", []):
+        add(f"built-in / HF eager forward, MiniLM, {r['tokens']} tokens", r["ratio"], 1.0, lambda v: v <= 1.0,
+            lambda v: f"{v:.2f}×")
+
+    ours = browser and browser["attnviz"].get("512")
+    add("overview drawn in the browser at 512 tokens", ours and ours["overview_s"], 1.5, lambda v: v <= 1.5,
+        lambda v: f"{v:.2f} s")
+
+    minilm = next((r for r in (memory or {}).get("rows", []) if r.get("model") == MINILM and "error" not in r), None)
+    add("trace bytes at 512 tokens, builtin:minilm", minilm and minilm["trace_nbytes"], 150 * MB,
+        lambda v: v <= 150 * MB, lambda v: f"{mb(v)} MB")
+    return rows
+
+
+def main() -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    before = conditions()
+    status = run_scripts()
+    rows = targets()
+    print(table("Targets", ["target", "measured", "limit", "verdict"], rows))
+    print(table("Scripts", ["script", "exit", "seconds"], [[k, c, f"{s:.0f}"] for k, (c, s) in status.items()]))
+    save("summary", {"conditions_at_start": before, "conditions_at_end": conditions(),
+                     "scripts": status, "targets": rows})
+    failed = [k for k, (code, _) in status.items() if code]
+    if failed:
+        print(f"\nscripts that failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
