@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -9,6 +10,9 @@ from .builtin import BUILTIN
 from .common import Backend, check_text, encode
 
 DEFAULT_MODEL = "builtin:minilm"
+# Loaders import transformers on first use, and its lazy module is not thread-safe: two sessions opening
+# their first models at once get "cannot import name 'AutoConfig'". One load at a time.
+_loading = threading.Lock()
 
 
 def list_models() -> list[str]:
@@ -19,12 +23,13 @@ def list_models() -> list[str]:
 def open_model(key: str) -> Backend:
     """Load the model behind ``key`` (uncached): ``builtin:…``, ``hf:<hub id or folder>``, or a local folder."""
     key = (key or "").strip()
-    if key in BUILTIN:
-        return BUILTIN[key]()
-    if key.startswith("hf:") or (key and Path(key).expanduser().is_dir()):
-        from .hf import load_hf
+    with _loading:
+        if key in BUILTIN:
+            return BUILTIN[key]()
+        if key.startswith("hf:") or (key and Path(key).expanduser().is_dir()):
+            from .hf import load_hf
 
-        return load_hf(key.removeprefix("hf:"))
+            return load_hf(key.removeprefix("hf:"))
     raise ValueError(
         f"Unknown model {key!r}. Known models: {', '.join(list_models())}; "
         "or 'hf:<Hugging Face id or local folder>'."
