@@ -18,7 +18,8 @@ def check_text(text) -> str:
         raise ValueError(f"text must be a string, not {type(text).__name__}")
     # Lone surrogates (from a broken paste or a URL) cannot be encoded: replace them.
     text = text.encode("utf-8", "replace").decode("utf-8")
-    if not text.strip():
+    # Only spaces or invisible characters (NUL, zero-width, bidi controls): tokenizers drop them all.
+    if not any(c.isprintable() and not c.isspace() for c in text):
         raise ValueError("The text is empty: enter a sentence or two to see its attention.")
     return text[:MAX_CHARS]
 
@@ -40,7 +41,9 @@ def _word_ids(enc, text: str, special: np.ndarray) -> np.ndarray:
         # SentencePiece tokenizers that do not pre-split (Llama 2, Mistral) put every token in word 0:
         # where whitespace finds more words than the tokenizer does, use whitespace-separated words.
         starts = [m.start() for m in re.finditer(r"\S+", text)]
-        spaced = np.array([bisect_right(starts, max(end - 1, 0)) - 1 for _, end in enc["offset_mapping"]], np.int64)
+        # (blanks before the first word belong to it: -1 is for special tokens only)
+        ends = [max(end - 1, 0) for _, end in enc["offset_mapping"]]
+        spaced = np.array([max(bisect_right(starts, e) - 1, 0) for e in ends], np.int64)
         if len(set(spaced[~special])) > len(set(words[~special])):
             words = spaced
     words[special] = -1
