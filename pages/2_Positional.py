@@ -57,7 +57,8 @@ st.markdown(
 )
 c1, c2 = st.columns(2)
 widest = max(1, trace.n_tokens - 1)
-window = c1.slider("Largest offset shown", 1, widest, min(20, widest), key="pos_window")
+# A slider needs two different ends: with one or two tokens the only offset is 1.
+window = c1.slider("Largest offset shown", 1, widest, min(20, widest), key="pos_window") if widest > 1 else 1
 skip = c2.checkbox("Leave out special tokens", value=True, key="pos_skip_special", bind="query-params")
 keep = ~trace.special if skip and (~trace.special).any() else None
 offsets, means = attention_by_offset(trace.attentions, keep, causal)
