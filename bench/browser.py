@@ -8,6 +8,7 @@ require.js, d3 and jQuery, which its HTML loads from a CDN that this machine can
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -62,7 +63,8 @@ BERTVIZ_JS = {
 
 def attnviz_times(browser, tok) -> dict:
     """Per length: seconds to the overview, to the detail, and to the next painted frame (median)."""
-    proc, url = start_server()
+    threads = os.environ.get("BENCH_THREADS", "").strip()
+    proc, url = start_server({"OMP_NUM_THREADS": threads} if threads else None)  # as the other benchmarks
     try:
         page = browser.new_context(viewport=VIEWPORT).new_page()
         page.goto(f"{url}/Attention")
