@@ -33,6 +33,8 @@ def max_pool(a: np.ndarray, size: int, axis: int, op=np.maximum) -> np.ndarray:
     n = a.shape[axis]
     if size >= n:
         return a
+    if n % size == 0:  # equal blocks: a reshape is several times faster than reduceat
+        return op.reduce(a.reshape(a.shape[:axis] + (size, n // size) + a.shape[axis + 1:]), axis=axis + 1)
     return op.reduceat(a, (np.arange(size) * n) // size, axis=axis)
 
 
