@@ -204,8 +204,8 @@ def test_server_memory_levels_off_over_200_texts(load):
     """RSS after 200 texts within 150 MB of RSS after 50.
 
     The models load in the first runs and the bounded trace cache is full long before text 50. Each trace
-    here is 3–5 MB (~110 tokens), so an unbounded cache adds 150 × 3–5 MB: measured +556 MB with
-    ``max_entries`` removed, +38 to +58 MB with it. 150 MB leaves room for allocator noise and still
+    here is 3–5 MB (~110 tokens), so an unbounded cache adds 150 × 3–5 MB: measured +530 MB with
+    ``max_entries`` removed, +28 to +58 MB with it. 150 MB leaves room for allocator noise and still
     catches a leak of 1 MB per text.
     """
     rss = load["rss"]
