@@ -1,4 +1,4 @@
-"""Bad input in a real browser: markup typed by the user stays text, oversized pastes and odd links keep the page alive."""
+"""Bad input in a real browser: typed markup stays text; an oversized paste and odd links keep the page alive."""
 
 import re
 from urllib.parse import quote_from_bytes
@@ -17,7 +17,8 @@ LEAKS = """() => ({
   img: document.querySelectorAll('img[src="x"]').length,
   anchors: document.querySelectorAll('a[href*="evil.example"]').length,
   // Streamlit's theme sets chart titles in bold; anywhere else bold text came from markup
-  bold: [...document.querySelectorAll('.js-plotly-plot tspan[style*="bold"]')].filter(t => !t.closest('.gtitle')).length,
+  bold: [...document.querySelectorAll('.js-plotly-plot tspan[style*="bold"]')]
+    .filter(t => !t.closest('.gtitle')).length,
 })"""
 NO_LEAKS = {"pwn": False, "pwned": False, "img": 0, "anchors": 0, "bold": 0}
 PAGES = {"home": ("", "home_heatmap"), "attention": ("/Attention", "detail_self")}
@@ -48,7 +49,8 @@ def test_markup_typed_into_the_text_box_stays_text(page, app_url, name):
     names = labels(attnviz.trace(MARKUP).tokens)
     expect(status(page)).to_contain_text(f"· {len(names)} tokens", timeout=90_000)
     # the chart redraws after the status line: wait for a tick from this text
-    expect(page.locator(f".st-key-{chart} .xtick text", has_text=re.compile(r"^[<>]")).first).to_be_visible(timeout=60_000)
+    new_tick = page.locator(f".st-key-{chart} .xtick text", has_text=re.compile(r"^[<>]")).first
+    expect(new_tick).to_be_visible(timeout=60_000)
 
     assert page.evaluate(LEAKS) == NO_LEAKS
     drawn = ticks(page, chart)
