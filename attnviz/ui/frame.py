@@ -112,7 +112,8 @@ def sidebar() -> tuple[str, str]:
                      placeholder="Choose a sample…")
         text = st.text_area(
             "Text", DEFAULT_TEXT, key="text", height=160, bind="query-params", max_chars=share.max_chars(),
-            help="Press Ctrl+Enter (or click outside) to run.",
+            help=f"Press Ctrl+Enter (or click outside) to run. At most {share.max_chars():,} characters: "
+                 "a longer paste is refused whole.",
         )
     return (key or DEFAULT_MODEL), text
 
