@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tiny_models import tiny_model  # noqa: E402,F401  session fixture: tiny_model(family) -> saved HF model folder
+from tiny_models import tiny_backend, tiny_model  # noqa: E402,F401  session fixtures: tiny_model(family) -> folder, tiny_backend(family) -> loaded
 
 SCREENSHOTS = ROOT / "tests" / "screenshots"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -88,3 +88,14 @@ def page(browser, request):
         pg.screenshot(path=str(SCREENSHOTS / f"{request.node.name}.png"), full_page=True)
     finally:
         context.close()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models gain nothing from more threads, and threads spin on busy cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

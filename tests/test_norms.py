@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 
 from attnviz.backends import load
-from attnviz.backends.hf import load_hf
 from attnviz.backends.hooks import record
 from attnviz.norms import layer_stats, norm_attention, norm_table
 from attnviz.trace import NORM_KEYS
@@ -167,17 +166,9 @@ def test_norm_based_attention_equals_direct_computation():
         np.testing.assert_allclose(rows, want / want.sum(1, keepdims=True), rtol=RTOL, atol=ATOL)
 
 
-@pytest.fixture(scope="module")
-def hf(tiny_model):
-    """family -> loaded tiny HF backend (each once per module)."""
-    cache = {}
-
-    def get(family):
-        if family not in cache:
-            cache[family] = load_hf(str(tiny_model(family)))
-        return cache[family]
-
-    return get
+@pytest.fixture
+def hf(tiny_backend):
+    return tiny_backend
 
 
 def test_hf_bert_statistics(hf):

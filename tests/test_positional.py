@@ -9,7 +9,6 @@ from safetensors.numpy import load_file
 
 from attnviz.backends import load
 from attnviz.backends.builtin import minilm_path
-from attnviz.backends.hf import load_hf
 from attnviz.positions import attention_by_offset, position_info, rotary_frequencies, similarity, sinusoidal
 
 
@@ -64,16 +63,9 @@ def test_trained_model_shapes():
     np.testing.assert_allclose(info.table, sinusoidal(20, 16))
 
 
-@pytest.fixture(scope="module")
-def hf(tiny_model):
-    cache = {}
-
-    def get(family):
-        if family not in cache:
-            cache[family] = load_hf(str(tiny_model(family)))
-        return cache[family]
-
-    return get
+@pytest.fixture
+def hf(tiny_backend):
+    return tiny_backend
 
 
 def test_gpt2_learned_table_is_wpe(hf, tiny_model):

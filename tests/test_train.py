@@ -26,13 +26,7 @@ SHORT = {  # a few seconds each; measured over seeds 0–2: held-out ≥ 0.96 (c
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Inference too (train() already trains on one): tiny models gain nothing from more, and threads spin on busy cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ selectable on every page of the session."""
 
 import numpy as np
 import pytest
-import torch
 from streamlit.testing.v1 import AppTest
 
 from attnviz.figures.common import safe
@@ -12,12 +11,7 @@ from attnviz.tokens import labels
 from helpers import chart_specs, decode
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_tiny_run_shows_losses_probe_and_registers_the_model():

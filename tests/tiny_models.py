@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import string
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import pytest
@@ -168,3 +168,11 @@ def tiny_model(tmp_path_factory):
         return built[family]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def tiny_backend(tiny_model):
+    """``tiny_backend(family)``: the attnviz backend of a tiny model, loaded once per session."""
+    from attnviz.backends.hf import load_hf
+
+    return cache(lambda family: load_hf(str(tiny_model(family))))
