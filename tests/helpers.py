@@ -20,3 +20,16 @@ def decode(v):
 def chart_specs(at) -> list[dict]:
     """Every plotly chart on an AppTest page, as its figure dict."""
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def settled(page, quiet_ms: int = 750, timeout: int = 60_000) -> None:
+    """Wait until the app's script has stopped and stayed stopped for ``quiet_ms``: a rerun (a link's
+    fallback, a URL update) redraws download buttons with new file ids, so a click during one is lost."""
+    page.wait_for_function(
+        """quiet => {
+            const idle = document.querySelector('[data-test-script-state="notRunning"]') !== null;
+            const now = performance.now();
+            if (!idle || window.__busy === undefined) { window.__busy = now; return false; }
+            return now - window.__busy > quiet;
+        }""",
+        arg=quiet_ms, timeout=timeout, polling=100)

@@ -8,6 +8,7 @@ import numpy as np
 
 import attnviz
 from attnviz.export import from_npz
+from helpers import settled
 
 TEXT = "Bees make honey, and honey feeds the bees."
 TIMEOUT = 60_000
@@ -44,6 +45,7 @@ def test_bad_link_falls_back_with_a_note_and_a_clean_url(page, app_url):
     page.wait_for_function("() => !location.search.includes('model=') && !location.search.includes('layer=99')",
                            timeout=TIMEOUT)
 
+    settled(page)
     page.get_by_text("Share and export").click()
     link = page.get_by_test_id("stCode").inner_text()
     assert re.match(rf"{re.escape(app_url)}/\?model=builtin%3Aminilm&text=Bees\+make", link.strip())
