@@ -1,6 +1,6 @@
 """AttentionTrace: the one record every view reads.
 
-Numpy arrays without a batch dimension, made read-only on construction. Shapes use the
+Numpy arrays without a batch dimension, made read-only on construction (copied unless already read-only). Shapes use the
 legend in ``attnviz/__init__.py``.
 """
 
@@ -28,6 +28,11 @@ NORM_KEYS = {
 
 
 def _frozen(a, dtype=None) -> np.ndarray:
+    """A read-only array of ``dtype``. One that already is read-only is adopted without a copy: whoever
+    made it read-only gave it up (the backends do, to spare a 75 MB copy at 512 tokens); any other is copied,
+    so the caller's later writes never reach the trace."""
+    if isinstance(a, np.ndarray) and not a.flags.writeable and (dtype is None or a.dtype == dtype):
+        return a
     a = np.array(a, dtype=dtype, copy=True)
     a.setflags(write=False)
     return a

@@ -73,6 +73,15 @@ def test_arrays_are_read_only_copies():
             a[(0,) * a.ndim] = 1
 
 
+def test_read_only_arrays_are_adopted_without_a_copy():
+    src = attention().astype(np.float32)
+    src.setflags(write=False)  # the caller gives the array up
+    assert full(attentions=src).attentions is src
+    wide = src.astype(np.float64)
+    wide.setflags(write=False)
+    assert full(attentions=wide).attentions.dtype == np.float32  # another dtype: converted, so copied
+
+
 def test_trace_is_frozen():
     t = full()
     for name, value in [("tokens", ("x",)), ("attentions", attention()), ("truncated", 3), ("model", "other")]:
