@@ -11,7 +11,7 @@ import torch
 
 from ..nn import EncoderModel, TransformerConfig
 from ..trace import AttentionTrace
-from .common import check_text, encode
+from .common import check_text, encode, stacked
 from .trained import TRAINED
 
 
@@ -114,9 +114,8 @@ class BuiltinModel:
             out = self.net(ids, stats=True)
         return AttentionTrace(
             tokens=enc.tokens,
-            # Per-layer arrays, not torch.cat: AttentionTrace stacks them in its own (single) copy.
-            attentions=[a[0].numpy() for a in out.attentions],  # L × (H, T, T) -> (L, H, T, T)
-            hidden_states=[h[0].numpy() for h in out.hidden_states],  # (L+1) × (T, D) -> (L+1, T, D)
+            attentions=stacked(out.attentions),  # L × (1, H, T, T) -> (L, H, T, T)
+            hidden_states=stacked(out.hidden_states),  # (L+1) × (1, T, D) -> (L+1, T, D)
             norms={k: v[0].numpy() for k, v in out.stats.items()},
             special=enc.special,
             word_ids=enc.word_ids,

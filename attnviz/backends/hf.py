@@ -15,7 +15,7 @@ import torch
 
 from .. import settings
 from ..trace import AttentionTrace, Seq2SeqTrace
-from .common import Encoded, check_text, encode
+from .common import Encoded, check_text, encode, stacked
 from .hooks import record
 
 # What a model folder needs besides its weights.
@@ -249,8 +249,7 @@ def _stack(attentions, hidden, model_type: str) -> tuple[np.ndarray, np.ndarray]
     """(attentions (L, H, Tq, Tk), hidden states (L+1, T, D)) as float32 numpy, checked one per layer."""
     if not attentions or not hidden or len(attentions) != len(hidden) - 1 or any(a is None for a in attentions):
         raise ValueError(f"This model type ({model_type}) does not return attention weights; attnviz cannot show it.")
-    attn = torch.cat(attentions).float().cpu().numpy()  # L × (1, H, Tq, Tk) -> (L, H, Tq, Tk)
-    return attn, torch.cat(hidden).float().cpu().numpy()  # (L+1) × (1, T, D) -> (L+1, T, D)
+    return stacked(attentions), stacked(hidden)  # (L, H, Tq, Tk), (L+1, T, D)
 
 
 class HFModel:
