@@ -177,13 +177,19 @@ def test_heads_must_divide_width():
 
 
 @pytest.mark.parametrize("eps", [1e-12, 1e-6, 1e-5, 1e-2, 1.0])
-def test_layer_norm_matches_torch(eps):
+def test_layer_norm_is_the_papers_formula(eps):
+    """γ · (x − mean) / √(var + eps) + β with the biased variance, computed in float64 here."""
     ln = LayerNorm(D, eps)
     with torch.no_grad():
         ln.weight.normal_()
         ln.bias.normal_()
     x = torch.randn(B, 5, D) * 3 + 1
-    close(ln(x), F.layer_norm(x, (D,), ln.weight, ln.bias, eps))
+    x64, g, b = x.double(), ln.weight.double(), ln.bias.double()
+    var = x64.var(-1, unbiased=False, keepdim=True)
+    close(ln(x), (g * (x64 - x64.mean(-1, keepdim=True)) / torch.sqrt(var + eps) + b).float())
+    torch_ln = nn.LayerNorm(D, eps)
+    torch_ln.load_state_dict(ln.state_dict())
+    close(ln(x), torch_ln(x))
 
 
 def test_layer_norm_is_not_the_seeds_formula():
