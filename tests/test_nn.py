@@ -97,6 +97,19 @@ def test_fully_masked_row_gives_zeros_not_nan():
     close(out[:, :, keep], F.scaled_dot_product_attention(q[:, :, keep], k, v))
 
 
+def test_weights_written_into_a_given_buffer_are_the_same_weights():
+    q, k, v = qkv(4, 6)
+    mask = torch.ones(4, 6, dtype=torch.bool)
+    mask[2] = False  # a fully masked row is zeroed in the buffer too
+    out, w = scaled_dot_product_attention(q, k, v, mask)
+    buf = torch.full((B, H, 4, 6), float("nan"))
+    with torch.inference_mode():
+        out_b, w_b = scaled_dot_product_attention(q, k, v, mask, weights_out=buf)
+    assert w_b.data_ptr() == buf.data_ptr()
+    torch.testing.assert_close(buf, w, rtol=0, atol=0)
+    torch.testing.assert_close(out_b, out, rtol=0, atol=0)
+
+
 def test_scaling_is_by_head_width_not_model_width():
     """The seed divides by √embed_size; the paper (and torch) by √d_k of a head."""
     q, k, v = qkv(5, 5, Dh=8)

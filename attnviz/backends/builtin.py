@@ -111,10 +111,13 @@ class BuiltinModel:
         enc = encode(self.tokenizer, text, self.max_tokens)
         ids = torch.tensor([enc.ids])  # (1, T)
         with self.lock, torch.inference_mode():
-            out = self.net(ids, stats=True)
+            weights = torch.empty(self.n_layers, 1, self.n_heads, len(enc.ids), len(enc.ids))  # (L, 1, H, T, T)
+            out = self.net(ids, stats=True, weights_out=weights)  # every layer's softmax lands in ``weights``
+        attentions = weights[:, 0].numpy()  # (L, H, T, T), no copy
+        attentions.setflags(write=False)  # given up to the trace, which adopts it as it is
         return AttentionTrace(
             tokens=enc.tokens,
-            attentions=stacked(out.attentions),  # L × (1, H, T, T) -> (L, H, T, T)
+            attentions=attentions,
             hidden_states=stacked(out.hidden_states),  # (L+1) × (1, T, D) -> (L+1, T, D)
             norms={k: v[0].numpy() for k, v in out.stats.items()},
             special=enc.special,

@@ -12,19 +12,20 @@ import torch
 import torch.nn as nn
 
 
-def scaled_dot_product_attention(q, k, v, mask=None, dropout: nn.Module | None = None):
+def scaled_dot_product_attention(q, k, v, mask=None, dropout: nn.Module | None = None, weights_out=None):
     """softmax(q kᵀ / √d_k) v -> (out (..., Tq, Dv), weights (..., Tq, Tk)).
 
     ``mask`` is boolean and broadcasts to (..., Tq, Tk); True means "may attend". A row with
-    nothing to attend to gets all-zero weights (and a zero output), never NaN.
+    nothing to attend to gets all-zero weights (and a zero output), never NaN. ``weights_out``
+    (inference only) is a (..., Tq, Tk) tensor the weights are written into and returned as.
     """
     # Scaling q (Tq·d_k values) rather than the scores (Tq·Tk) is the same product for less work.
     scores = (q / math.sqrt(q.size(-1))) @ k.transpose(-2, -1)  # (..., Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(dim=-1)
-    if mask is not None:
-        weights = weights * mask  # fully masked rows: uniform after softmax, zero after this
+    weights = torch.softmax(scores, dim=-1, out=weights_out)
+    if mask is not None:  # fully masked rows: uniform after softmax, zero after this
+        weights = weights * mask if weights_out is None else weights.mul_(mask)
     if dropout is not None:
         weights = dropout(weights)
     return weights @ v, weights
@@ -53,17 +54,18 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, Dh)
 
-    def forward(self, query, key, value, mask=None, head_mask=None, value_norms: bool = False):
+    def forward(self, query, key, value, mask=None, head_mask=None, value_norms: bool = False, weights_out=None):
         """(B, Tq, D), (B, Tk, D), (B, Tk, D) -> (out (B, Tq, D), weights (B, H, Tq, Tk)).
 
         ``mask`` broadcasts to (B, H, Tq, Tk), True = attend. ``head_mask`` (H,) scales each
         head's contribution (0 removes a head), as in Michel et al. 2019. With ``value_norms``
-        a third item, ``self.value_norms(value)`` from the values already projected.
+        a third item, ``self.value_norms(value)`` from the values already projected. The weights
+        are written into ``weights_out`` (B, H, Tq, Tk) when it is given (inference only).
         """
         q = self._split(self.q_proj(query))  # (B, H, Tq, Dh)
         k = self._split(self.k_proj(key))  # (B, H, Tk, Dh)
         v = self._split(self.v_proj(value))  # (B, H, Tk, Dh)
-        ctx, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout)  # (B, H, Tq, Dh)
+        ctx, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, weights_out)  # (B, H, Tq, Dh)
         if head_mask is not None:
             ctx = ctx * head_mask.view(1, -1, 1, 1)
         B, _, Tq, _ = ctx.shape

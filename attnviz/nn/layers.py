@@ -99,12 +99,12 @@ class EncoderLayer(nn.Module):
         self.sub1 = Residual(d_model, norm_first, dropout, eps)
         self.sub2 = Residual(d_model, norm_first, dropout, eps)
 
-    def forward(self, x, mask=None, head_mask=None, stats: bool = False):
-        """(B, T, D) -> (out (B, T, D), weights (B, H, T, T), stats dict or None)."""
+    def forward(self, x, mask=None, head_mask=None, stats: bool = False, weights_out=None):
+        """(B, T, D) -> (out (B, T, D), weights (B, H, T, T), stats dict or None); weights into ``weights_out``."""
         norms = []  # the value norms, computed from the forward's own values when stats are asked for
 
         def attend(h):
-            out, weights, *vn = self.self_attn(h, h, h, mask, head_mask, value_norms=stats)
+            out, weights, *vn = self.self_attn(h, h, h, mask, head_mask, value_norms=stats, weights_out=weights_out)
             norms.extend(vn)
             return out, weights
 

@@ -96,11 +96,14 @@ class Encoder(nn.Module):
         )
         self.norm = LayerNorm(c.d_model, c.eps) if c.final_norm else None
 
-    def forward(self, x, mask=None, head_mask=None, stats: bool = False) -> StackOutput:
-        """``mask`` broadcasts to (B, H, T, T); ``head_mask`` is (L, H), 0 removes a head."""
+    def forward(self, x, mask=None, head_mask=None, stats: bool = False, weights_out=None) -> StackOutput:
+        """``mask`` broadcasts to (B, H, T, T); ``head_mask`` is (L, H), 0 removes a head. Layer i writes
+        its attention weights into ``weights_out[i]`` when given (L, B, H, T, T): a trace keeps them
+        all without copying them afterwards (inference only)."""
         hidden, attns, per_layer = [x], [], []
         for i, layer in enumerate(self.layers):
-            x, w, s = layer(x, mask, None if head_mask is None else head_mask[i], stats)
+            out = None if weights_out is None else weights_out[i]  # (B, H, T, T)
+            x, w, s = layer(x, mask, None if head_mask is None else head_mask[i], stats, out)
             hidden.append(x)
             attns.append(w)
             per_layer.append(s)
@@ -145,9 +148,9 @@ class EncoderModel(nn.Module):
         self.embeddings = Embeddings(c)
         self.encoder = Encoder(c)
 
-    def forward(self, ids, attention_mask=None, head_mask=None, stats: bool = False) -> StackOutput:
-        """ids (B, T), attention_mask (B, T) with 1 for real tokens."""
-        return self.encoder(self.embeddings(ids), padding_mask(attention_mask), head_mask, stats)
+    def forward(self, ids, attention_mask=None, head_mask=None, stats: bool = False, weights_out=None) -> StackOutput:
+        """ids (B, T), attention_mask (B, T) with 1 for real tokens; ``weights_out`` as in ``Encoder``."""
+        return self.encoder(self.embeddings(ids), padding_mask(attention_mask), head_mask, stats, weights_out)
 
 
 class TextClassifier(nn.Module):
