@@ -16,7 +16,7 @@ from tiny_models import FAMILIES
 import attnviz
 from attnviz.backends import open_model
 from attnviz.backends.builtin import minilm_path
-from attnviz.backends.hf import load_hf
+from attnviz.backends.hf import _SoftmaxInto, load_hf
 from attnviz.tokens import clean
 
 TEXT = "The quick brown fox jumps over the lazy dog, and the dog sleeps."
@@ -97,6 +97,23 @@ def test_trace_equals_the_models_own_outputs(tiny_model, family):
     check_probabilities(trace.cross_attentions)
     if family == "t5":  # 2 encoder layers, 3 decoder layers
         assert trace.encoder.n_layers == 2 and trace.decoder.n_layers == trace.cross_attentions.shape[0] == 3
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "gpt2", "llama"])
+def test_attention_weights_land_in_one_buffer_without_a_copy(tiny_model, family):
+    """Each family's eager softmax writes into the trace's buffer, and the model returns its slices."""
+    folder = tiny_model(family)
+    net, ids = reference(folder, family), tf.AutoTokenizer.from_pretrained(folder)(TEXT).input_ids
+    T = len(ids)
+    with torch.inference_mode():
+        want = net(torch.tensor([ids]), output_attentions=True).attentions
+        into = _SoftmaxInto(torch.empty(2, 1, 4, T, T))
+        with into:
+            got = net(torch.tensor([ids]), output_attentions=True).attentions
+    adopted = into.adopted(got)
+    assert adopted is not None and not adopted.flags.writeable and into.filled == 2
+    np.testing.assert_array_equal(adopted, torch.cat(want).numpy())  # the same softmax, bit for bit
+    assert into.adopted([a * 1.0 for a in got]) is None  # weights that are not its slices: the trace copies
 
 
 @pytest.mark.parametrize("family", ["t5", "encoder-decoder"])
