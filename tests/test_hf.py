@@ -140,11 +140,18 @@ def test_a_bare_folder_is_the_same_model(tiny_model):
     np.testing.assert_array_equal(bare.trace(TEXT).attentions, prefixed.trace(TEXT).attentions)
 
 
-def test_minilm_through_hf_matches_the_builtin_encoder():
-    hf, ours = attnviz.trace(TEXT, f"hf:{minilm_path()}"), attnviz.trace(TEXT, "builtin:minilm")
-    assert hf.tokens == ours.tokens
+@pytest.mark.parametrize("words", [8, 400])  # 400 words: over 300 tokens, where the softmax writes into the trace
+def test_minilm_through_hf_matches_the_builtin_encoder_and_its_own_outputs(words):
+    text = " ".join(TEXT.split() * (words // len(TEXT.split()) + 1))
+    backend = attnviz.load(f"hf:{minilm_path()}")
+    hf, ours = backend.trace(text), attnviz.trace(text, "builtin:minilm")
+    assert hf.tokens == ours.tokens and (hf.n_tokens > 300) == (words > 8)
     np.testing.assert_allclose(hf.attentions, ours.attentions, atol=1e-4)
     np.testing.assert_allclose(hf.hidden_states, ours.hidden_states, atol=1e-4)
+    with torch.inference_mode():
+        ids = torch.tensor([backend.tokenizer(text, truncation=True, max_length=512).input_ids])
+        want = backend.net(ids, output_attentions=True).attentions  # run outside the trace, no buffer
+    np.testing.assert_array_equal(hf.attentions, torch.cat(want).numpy())
 
 
 def test_long_text_is_cut_to_the_position_table_and_reported(tiny_model, monkeypatch):

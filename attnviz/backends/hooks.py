@@ -8,6 +8,7 @@ clean. Statistics follow ``attnviz.trace.NORM_KEYS`` and the built-in layers' de
 from __future__ import annotations
 
 import logging
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -84,14 +85,21 @@ class Stack:
     decoder: bool
 
 
+_FOUND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its stacks, found once
+
+
 def stacks(net) -> list[Stack]:
-    """The layer stacks of ``net`` whose layers match a known family, in module order (encoder first)."""
-    found = []
-    for path, module in net.named_modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) and (spec := _spec(module[0])):
-            if all(_spec(layer) == spec for layer in module):
-                found.append(Stack(path, tuple(module), spec, "decoder" in path.split(".")))
-    return found
+    """The layer stacks of ``net`` whose layers match a known family, in module order (encoder first).
+
+    A model's layers do not change, so the walk over its modules (a few ms at 20 tokens' scale) runs once."""
+    if net not in _FOUND:
+        found = []
+        for path, module in net.named_modules():
+            if isinstance(module, torch.nn.ModuleList) and len(module) and (spec := _spec(module[0])):
+                if all(_spec(layer) == spec for layer in module):
+                    found.append(Stack(path, tuple(module), spec, "decoder" in path.split(".")))
+        _FOUND[net] = found
+    return _FOUND[net]
 
 
 def _n_heads(config, decoder: bool) -> int:
