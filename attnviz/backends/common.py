@@ -74,16 +74,19 @@ def _word_ids(enc, text: str, special: np.ndarray) -> np.ndarray:
 
 def encode(tokenizer, text: str, max_tokens: int) -> Encoded:
     """Tokenize ``text``, keeping at most ``max_tokens`` (specials included)."""
-    full = tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"]
     fast = bool(getattr(tokenizer, "is_fast", False))
-    enc = tokenizer(text, add_special_tokens=True, truncation=True, max_length=max_tokens, return_offsets_mapping=fast)
+    enc = tokenizer(text, add_special_tokens=True, return_offsets_mapping=fast, verbose=False)
+    n_full = len(enc["input_ids"])
+    if n_full > max_tokens:  # again, cut by the tokenizer itself (it keeps the closing special tokens)
+        enc = tokenizer(text, add_special_tokens=True, truncation=True, max_length=max_tokens,
+                        return_offsets_mapping=fast)
     ids = enc["input_ids"]
     special = np.array(
         tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True), dtype=bool
     )
     words = _word_ids(enc, text, special)
     tokens = tuple(tokenizer.convert_ids_to_tokens(ids))
-    return Encoded(ids, tokens, special, words, max(0, len(full) - len(ids)))
+    return Encoded(ids, tokens, special, words, max(0, n_full - len(ids)))
 
 
 class Backend(Protocol):
