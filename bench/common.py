@@ -73,21 +73,29 @@ def clock():
 
 
 def compare(fns: dict, repeat: int, warmup: int = 1) -> dict:
-    """``timeit`` for several functions run in turn, so that load from other processes hits all alike."""
+    """``timeit`` for several functions run in turn, so that load from other processes hits all alike;
+    the order reverses every round, so none always runs after the same one. ``times_s`` keeps each round's
+    time, for ``ratio``."""
     now = clock()
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     times = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
+    for i in range(repeat):
+        for name in list(fns)[:: 1 if i % 2 == 0 else -1]:
             t0 = now()
-            fn()
+            fns[name]()
             times[name].append(now() - t0)
     return {
-        name: {"median_s": statistics.median(t), "min_s": min(t), "max_s": max(t), "n": repeat}
+        name: {"median_s": statistics.median(t), "min_s": min(t), "max_s": max(t), "n": repeat, "times_s": t}
         for name, t in times.items()
     }
+
+
+def ratio(a: dict, b: dict) -> float:
+    """Median over rounds of a's time / b's time, from one ``compare``: the two ran side by side in each
+    round, so a slow spell of the machine hits both parts of a ratio rather than one median."""
+    return statistics.median(x / y for x, y in zip(a["times_s"], b["times_s"]))
 
 
 def threads() -> int:

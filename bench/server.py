@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from common import LENGTHS, compare, conditions, ms, quick, repeats, save, table, text_of, timeit, tokenizer
+from common import LENGTHS, compare, conditions, ms, quick, ratio, repeats, save, table, text_of, timeit, tokenizer
 from pagefigs import page_figures, payload
 
 import attnviz
@@ -67,7 +67,7 @@ def bench_model(key: str, tok) -> list[dict]:
         t_figs = timeit(lambda: [payload(f) for f in page_figures(trace).values()], max(2, r // 2))
         rows.append({
             "model": key, "tokens": trace.n_tokens, "bare_forward": t_bare, "trace": t_trace,
-            "figures": t_figs, "ratio": t_trace["median_s"] / t_bare["median_s"],
+            "figures": t_figs, "ratio": ratio(t_trace, t_bare),
             "trace_nbytes": trace.nbytes,
         })
         print(f"  {key} {n}: bare {ms(t_bare['median_s'])} ms, trace {ms(t_trace['median_s'])} ms", file=sys.stderr)
@@ -91,7 +91,7 @@ def builtin_vs_hf(tok) -> list[dict]:
                 "hf_with_outputs": lambda: theirs(input_ids=ids, output_attentions=True, output_hidden_states=True),
             }
             t = compare(runs, r, warmup=2)
-        rows.append({"tokens": n, **t, "ratio": t["builtin"]["median_s"] / t["hf_bare"]["median_s"]})
+        rows.append({"tokens": n, **t, "ratio": ratio(t["builtin"], t["hf_bare"])})
     return rows
 
 
