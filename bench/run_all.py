@@ -56,6 +56,9 @@ def targets() -> list[list]:
         if r.get("tokens") == 512:
             add(f"trace / bare forward at 512, {short(r['model'])}", r["ratio"], 1.3, lambda v: v <= 1.3,
                 lambda v: f"{v:.2f}×")
+            if r.get("ratio_to_weights") is not None:  # what attnviz adds to transformers' own cost of the weights
+                add(f"  (trace / forward returning weights, {short(r['model'])})", r["ratio_to_weights"], 1.3,
+                    lambda v: v <= 1.3, lambda v: f"{v:.2f}×")
     for r in (server or {}).get("builtin_vs_hf", []):
         add(f"built-in / HF eager forward, MiniLM, {r['tokens']} tokens", r["ratio"], 1.0, lambda v: v <= 1.0,
             lambda v: f"{v:.2f}×")

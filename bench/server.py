@@ -34,6 +34,15 @@ def bare_forward(key: str, backend):
     return lambda ids: net(input_ids=ids, output_attentions=False, output_hidden_states=False)
 
 
+def weights_forward(key: str, backend):
+    """``ids -> outputs``: the least any tool runs to get the attention weights: for transformers, the
+    forward with ``output_attentions`` and ``output_hidden_states``; the built-in forward returns them anyway."""
+    if key.startswith("builtin:"):
+        return None
+    net = hf_model(backend)
+    return lambda ids: net(input_ids=ids, output_attentions=True, output_hidden_states=True)
+
+
 def hf_model(backend):
     """The backend's own transformers model (eager attention), or one loaded the same way."""
     net = getattr(backend, "net", None) or getattr(backend, "model", None)
@@ -55,19 +64,23 @@ def bench_model(key: str, tok) -> list[dict]:
     except Exception as e:  # e.g. the HF backend is not there yet: report it, measure the rest
         print(f"  {key}: cannot load ({type(e).__name__}: {e})", file=sys.stderr)
         return [{"model": key, "error": f"{type(e).__name__}: {e}"}]
-    bare = bare_forward(key, backend)
+    bare, weights = bare_forward(key, backend), weights_forward(key, backend)
     rows = []
     for n in LENGTHS:
         text = text_of(tok, n)
         ids = torch.tensor([tok(text)["input_ids"]])  # (1, T)
         r = repeats(n)
-        t = compare({"bare": lambda: _inference(bare, ids), "trace": lambda: backend.trace(text)}, r, warmup=2)
+        runs = {"bare": lambda: _inference(bare, ids), "trace": lambda: backend.trace(text)}
+        if weights is not None:
+            runs["weights"] = lambda: _inference(weights, ids)
+        t = compare(runs, r, warmup=2)
         t_bare, t_trace = t["bare"], t["trace"]
         trace = backend.trace(text)
         t_figs = timeit(lambda: [payload(f) for f in page_figures(trace).values()], max(2, r // 2))
         rows.append({
             "model": key, "tokens": trace.n_tokens, "bare_forward": t_bare, "trace": t_trace,
             "figures": t_figs, "ratio": ratio(t_trace, t_bare),
+            "ratio_to_weights": ratio(t_trace, t["weights"]) if weights is not None else None,
             "trace_nbytes": trace.nbytes,
         })
         print(f"  {key} {n}: bare {ms(t_bare['median_s'])} ms, trace {ms(t_trace['median_s'])} ms", file=sys.stderr)
@@ -108,12 +121,14 @@ def run() -> dict:
 def report(result: dict) -> str:
     rows = [
         [short(r["model"]), r["tokens"], ms(r["bare_forward"]["median_s"]),
-         ms(r["trace"]["median_s"]), f"{r['ratio']:.2f}", ms(r["figures"]["median_s"])]
-        if "error" not in r else [short(r["model"]), "—", "—", "—", "—", r["error"][:60]]
+         ms(r["trace"]["median_s"]), f"{r['ratio']:.2f}",
+         f"{r['ratio_to_weights'] or r['ratio']:.2f}", ms(r["figures"]["median_s"])]
+        if "error" not in r else [short(r["model"]), "—", "—", "—", "—", "—", r["error"][:60]]
         for r in result["rows"]
     ]
-    out = table("Server: median ms per call", ["model", "tokens", "bare forward", "trace", "trace / bare",
-                                               "figures (build + JSON)"], rows)
+    out = table("Server: median ms per call; ratios are medians of per-round ratios", [
+        "model", "tokens", "bare forward", "trace", "trace / bare", "trace / forward returning weights",
+        "figures (build + JSON)"], rows)
     vs = [[r["tokens"], ms(r["builtin"]["median_s"]), ms(r["hf_bare"]["median_s"]),
            ms(r["hf_with_outputs"]["median_s"]), f"{r['ratio']:.2f}"] for r in result["builtin_vs_hf"]]
     out += table("Built-in encoder vs Hugging Face eager, MiniLM weights: median ms", [
