@@ -35,7 +35,7 @@ HARMLESS_MISSING = ("pooler", "lm_head", "final_logits_bias")
 
 PROBE_TEXT = "Hello world."
 
-# A layer's attention weights from which they are written straight into the trace's buffer (12 heads: 296 tokens).
+# One layer's attention weights above this size are written straight into the trace (12 heads: from 296 tokens).
 SOFTMAX_INTO_BYTES = 4 * 2**20
 
 
@@ -322,8 +322,8 @@ class HFModel:
     def _softmax_into(self, T: int) -> _SoftmaxInto | None:
         """A mode that collects a float32 CPU model's attention weights in one buffer, once the probe in
         ``__init__`` has told the layers and heads, and only where it pays: the mode costs a few µs on
-        every torch call, the copy it saves grows with T² (measured on MiniLM: even at 256 tokens, a
-        saving of 15 ms at 512)."""
+        every torch call, while the copy it saves grows with T² (MiniLM: break-even near 256 tokens,
+        15 ms saved at 512)."""
         if not hasattr(self, "n_heads") or self.device.type != "cpu" or self.net.dtype != torch.float32:
             return None
         if self.n_heads * T * T * 4 < SOFTMAX_INTO_BYTES:
