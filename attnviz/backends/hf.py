@@ -279,8 +279,8 @@ class _SoftmaxInto(TorchFunctionMode):
         kwargs = kwargs or {}
         if func in self.SOFTMAX and self.filled < len(self.buffer):
             x, dim, slot = args[0], args[1] if len(args) > 1 else kwargs.get("dim"), self.buffer[self.filled]
-            if x.shape == slot.shape and x.dtype == slot.dtype and dim in (-1, x.ndim - 1) \
-                    and kwargs.get("dtype") in (None, x.dtype):
+            if x.shape == slot.shape and x.dtype == slot.dtype and dim in (-1, x.ndim - 1) and len(args) <= 2 \
+                    and kwargs.get("dtype") in (None, x.dtype):  # (a dtype given by position: left alone)
                 self.filled += 1
                 return torch.softmax(x, -1, out=slot)
         return func(*args, **kwargs)
