@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..nn.attention import head_value_norms
+
 log = logging.getLogger("attnviz")
 
 
@@ -201,10 +203,7 @@ def _value_norms(values: torch.Tensor, out_proj, spec: Spec, H: int) -> torch.Te
     T = values.shape[0]
     v = values.reshape(T, -1, Dh).transpose(0, 1)  # (Hkv, T, Dh)
     v = v.repeat_interleave(H // v.shape[0], dim=0)  # grouped-query attention: each kv head serves H/Hkv heads
-    w = w.reshape(H, Dh, -1)  # (H, Dh, D)
-    # ‖v W‖² = v (W Wᵀ) vᵀ: a Dh×Dh Gram matrix per head instead of widening every value to D.
-    gram = w @ w.transpose(1, 2)  # (H, Dh, Dh)
-    return ((v @ gram) * v).sum(-1).clamp(min=0).sqrt()  # (H, T)
+    return head_value_norms(v, w.reshape(H, Dh, -1))  # (H, T, Dh), (H, Dh, D) -> (H, T)
 
 
 @contextmanager

@@ -31,6 +31,16 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout: nn.Module | None =
     return weights @ v, weights
 
 
+def head_value_norms(v, w_o):
+    """‖v_h W_O,h‖ per head and position (Kobayashi et al. 2020): values v (..., H, T, Dh) and each head's
+    slice of the output projection w_o (H, Dh, D) -> (..., H, T).
+
+    ‖v W‖² = v (W Wᵀ) vᵀ: a Dh×Dh Gram matrix per head instead of widening every value to D.
+    """
+    gram = w_o @ w_o.transpose(-2, -1)  # (H, Dh, Dh)
+    return ((v @ gram) * v).sum(-1).clamp(min=0).sqrt()  # (..., H, T)
+
+
 def causal_mask(T: int, device=None) -> torch.Tensor:
     """(T, T) boolean mask: position i may attend to positions ≤ i."""
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
@@ -79,9 +89,7 @@ class MultiHeadAttention(nn.Module):
 
     def _value_norms(self, v):
         w_o = self.out_proj.weight.view(self.d_model, self.n_heads, self.d_head).permute(1, 2, 0)  # (H, Dh, D)
-        # ‖v W‖² = v (W Wᵀ) vᵀ: a Dh×Dh Gram matrix per head instead of widening every value to D.
-        gram = w_o @ w_o.transpose(1, 2)  # (H, Dh, Dh)
-        return ((v @ gram) * v).sum(-1).clamp(min=0).sqrt()  # (B, H, Tk)
+        return head_value_norms(v, w_o)  # (B, H, Tk)
 
     def load_from_torch(self, mha: nn.MultiheadAttention):
         """Copy the weights of a ``torch.nn.MultiheadAttention`` (batch_first or not)."""
@@ -96,4 +104,4 @@ class MultiHeadAttention(nn.Module):
         return self
 
 
-__all__ = ["scaled_dot_product_attention", "causal_mask", "MultiHeadAttention"]
+__all__ = ["scaled_dot_product_attention", "head_value_norms", "causal_mask", "MultiHeadAttention"]
