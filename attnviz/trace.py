@@ -1,7 +1,7 @@
 """AttentionTrace: the one record every view reads.
 
-Numpy arrays without a batch dimension, made read-only on construction (copied unless already read-only). Shapes use the
-legend in ``attnviz/__init__.py``.
+Numpy arrays without a batch dimension, made read-only on construction (copied unless already
+read-only). Shapes use the legend in ``attnviz/__init__.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import torch
 
 from ..nn import EncoderModel, TransformerConfig
 from ..trace import AttentionTrace
-from .common import check_text, encode, stacked
+from .common import check_text, encode, handed_over, stacked
 from .trained import TRAINED
 
 
@@ -113,11 +113,9 @@ class BuiltinModel:
         with self.lock, torch.inference_mode():
             weights = torch.empty(self.n_layers, 1, self.n_heads, len(enc.ids), len(enc.ids))  # (L, 1, H, T, T)
             out = self.net(ids, stats=True, weights_out=weights)  # every layer's softmax lands in ``weights``
-        attentions = weights[:, 0].numpy()  # (L, H, T, T), no copy
-        attentions.setflags(write=False)  # given up to the trace, which adopts it as it is
         return AttentionTrace(
             tokens=enc.tokens,
-            attentions=attentions,
+            attentions=handed_over(weights[:, 0]),  # (L, 1, H, T, T) -> (L, H, T, T), no copy
             hidden_states=stacked(out.hidden_states),  # (L+1) × (1, T, D) -> (L+1, T, D)
             norms={k: v[0].numpy() for k, v in out.stats.items()},
             special=enc.special,

@@ -26,6 +26,14 @@ def check_text(text) -> str:
     return text[:MAX_CHARS]
 
 
+def handed_over(t) -> np.ndarray:
+    """A CPU float32 tensor as a read-only numpy view: given up to the trace, which adopts it without a copy
+    (``AttentionTrace`` keeps read-only arrays as they are)."""
+    out = t.numpy()
+    out.setflags(write=False)
+    return out
+
+
 _COPIERS = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="attnviz-copy")
 
 
@@ -42,7 +50,7 @@ def stacked(tensors) -> np.ndarray:
         out[i] = tensors[i][0].float().cpu().numpy()  # (1, ...) -> (...)
 
     list(_COPIERS.map(copy, range(len(tensors))))
-    out.setflags(write=False)
+    out.setflags(write=False)  # given up to the trace, like ``handed_over``
     return out
 
 

@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import settings
 from ..trace import AttentionTrace, Seq2SeqTrace
-from .common import Encoded, check_text, encode, stacked
+from .common import Encoded, check_text, encode, handed_over, stacked
 from .hooks import record
 
 # What a model folder needs besides its weights.
@@ -293,9 +293,7 @@ class _SoftmaxInto(TorchFunctionMode):
             for a, s in zip(attentions, slots)
         ):
             return None
-        out = slots.numpy()
-        out.setflags(write=False)
-        return out
+        return handed_over(slots)
 
 
 class HFModel:
