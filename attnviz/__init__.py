@@ -13,9 +13,9 @@ import os
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from .backends import DEFAULT_MODEL, list_models, load  # noqa: E402
-from .trace import AttentionTrace, Seq2SeqTrace
+from .traces import AttentionTrace, Seq2SeqTrace
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def trace(text: str, model: str = DEFAULT_MODEL, target: str | None = None):

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .tokens import labels
-from .trace import AttentionTrace, Seq2SeqTrace
+from .traces import AttentionTrace, Seq2SeqTrace
 
 FORMAT = "attnviz.trace"
 VERSION = 1
@@ -117,22 +117,8 @@ def head_matrix(trace, layer: int, head: int | None, stack: str = "encoder") -> 
 
     ``stack`` picks "encoder", "decoder" or "cross" attention of an encoder–decoder trace.
     """
-    if isinstance(trace, Seq2SeqTrace):
-        stacks = {"encoder": (trace.encoder.attentions, trace.encoder, trace.encoder),
-                  "decoder": (trace.decoder.attentions, trace.decoder, trace.decoder),
-                  "cross": (trace.cross_attentions, trace.decoder, trace.encoder)}
-        if stack not in stacks:
-            raise ValueError(f"stack must be one of {', '.join(stacks)}, not {stack!r}")
-        attn, queries, keys = stacks[stack]
-    else:
-        attn, queries, keys = trace.attentions, trace, trace
-    L, H = attn.shape[:2]
-    if not 0 <= layer < L:
-        raise ValueError(f"layer {layer} is out of range for {trace.model} (0–{L - 1})")
-    if head is not None and not 0 <= head < H:
-        raise ValueError(f"head {head} is out of range for {trace.model} (0–{H - 1})")
-    a = attn[layer].mean(0) if head is None else attn[layer, head]  # (Tq, Tk)
-    return a, labels(queries.tokens), labels(keys.tokens)
+    s = trace.stack(stack if isinstance(trace, Seq2SeqTrace) else None)
+    return trace.head(layer, head, s.name), labels(s.queries.tokens), labels(s.keys.tokens)
 
 
 def _cell(label: str) -> str:

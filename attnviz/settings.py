@@ -32,12 +32,22 @@ def max_model_mb() -> float:
     return _number("ATTNVIZ_MAX_MODEL_MB", 2048)
 
 
-def max_tokens() -> int:
+LIBRARY_MAX_TOKENS = 32_768
+APP_MAX_TOKENS = 512  # the app's pages show every head at once, cell by cell
+
+
+def max_tokens(default: int = LIBRARY_MAX_TOKENS) -> int:
     """ATTNVIZ_MAX_TOKENS: the most tokens one text may have, whatever the model could take.
 
-    Attention grows with the square of the length: GPT-2 at 1,024 tokens makes 600 MB of weights per text.
+    A trace keeps queries and keys, not weights, so its memory grows with the length, not its square;
+    the forward's time still grows with the square. The app passes its own default, APP_MAX_TOKENS.
     """
-    return int(_number("ATTNVIZ_MAX_TOKENS", 512))
+    return int(_number("ATTNVIZ_MAX_TOKENS", default))
+
+
+def max_dense_mb() -> float:
+    """ATTNVIZ_MAX_DENSE_MB: the most memory ``trace.attentions`` may take for every head at once."""
+    return _number("ATTNVIZ_MAX_DENSE_MB", 1024)
 
 
 def max_new_tokens() -> int:

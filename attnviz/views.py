@@ -12,6 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .tokens import clean, labels, word_labels, word_spans
+from .traces import stacks as trace_stacks
 
 LOG_DECADES = 4  # the log colour scale spans 1e-4 … 1; smaller weights get the lowest colour
 
@@ -51,15 +52,8 @@ def side(stack) -> Side:
 
 def stacks(trace) -> dict:
     """name -> (attn (L, H, Tq, Tk), query Side, key Side, causal) for every attention a trace holds."""
-    if trace.kind == "encoder-decoder":
-        enc, dec = side(trace.encoder), side(trace.decoder)
-        return {
-            "encoder": (trace.encoder.attentions, enc, enc, False),
-            "decoder": (trace.decoder.attentions, dec, dec, True),
-            "cross": (trace.cross_attentions, dec, enc, False),  # target queries over source keys
-        }
-    s = side(trace)
-    return {"self": (trace.attentions, s, s, trace.kind == "decoder")}
+    return {name: (s.weights.dense(), side(s.queries), side(s.keys), s.causal)
+            for name, s in trace_stacks(trace).items()}
 
 
 def stack_view(name: str, attn, q: Side, k: Side, causal: bool, options: Options) -> StackView:

@@ -4,7 +4,7 @@ attention depends on the offset between query and key."""
 import streamlit as st
 
 from attnviz.figures import positional as figs
-from attnviz.positions import attention_by_offset, position_info, similarity, sinusoidal
+from attnviz.positions import attention_by_offset, similarity, sinusoidal
 from attnviz.ui.frame import frame
 
 f = frame("Positional encodings")
@@ -27,7 +27,7 @@ metric = st.radio("Similarity", ["dot", "cosine"], horizontal=True, key="pe_metr
 st.plotly_chart(figs.similarity_heatmap(similarity(pe, metric), metric, f"{metric} between positions"), key="pe_sim")
 
 st.header("What this model has")
-info = position_info(f.model)
+info = f.model.position_info()
 st.markdown(f"**{info.kind}** — {info.note}")
 if f.trace.kind == "encoder-decoder" and info.kind != "none":
     st.caption("For an encoder–decoder this is the encoder's position information.")

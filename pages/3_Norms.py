@@ -4,7 +4,6 @@ import re
 
 import streamlit as st
 
-from attnviz.backends.hooks import missing_note
 from attnviz.figures.attention import attention_heatmap
 from attnviz.figures.norms import layer_profile, stat_heatmap, weight_heatmap
 from attnviz.norms import STATS, layer_stats, norm_attention, norm_table
@@ -20,8 +19,7 @@ if trace.kind == "encoder-decoder":
 names = labels(trace.tokens)
 stats = layer_stats(trace)
 if not trace.norms:
-    net = getattr(f.model, "net", None)
-    st.info(missing_note(net) if net is not None else "This model records no sublayer statistics: residual norms only.")
+    st.info(f.model.norm_note or "This model records no sublayer statistics: residual norms only.")
 
 st.header("Per layer and token")
 st.markdown(

@@ -10,7 +10,7 @@ from attnviz.analysis.heads import stat_range
 from attnviz.analysis.rollout import FLOW, ROLLOUT
 from attnviz.figures.analysis import DIVERGING, head_map, relevance_html, relevance_map
 from attnviz.tokens import labels
-from attnviz.ui.frame import frame
+from attnviz.ui.frame import frame, max_tokens
 
 f = frame("Analysis")
 st.title("Analysis")
@@ -84,7 +84,7 @@ st.header("Head importance by ablation")
 st.caption(f"Remove one head at a time (its output zeroed before the output projection) and measure the change "
            f"of the model's output — {CITATION}.")
 try:
-    measure = probe(f.model, f.text).measure
+    measure = probe(f.model, f.text, max_tokens()).measure
 except ValueError as e:
     st.info(f"{e} Ablation works for the built-in encoders and classifier, and for Hugging Face BERT-, "
             "DistilBERT-, GPT-2- and Llama-style encoders and causal LMs.")
@@ -94,7 +94,7 @@ else:
     if st.button(f"Compute importance ({L * H} forward passes)", key="ablate"):
         bar = st.progress(0.0, text="Removing heads one at a time…")
         scores, _ = head_importance(
-            f.model, f.text, lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"))
+            f.model, f.text, lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"), max_tokens())
         bar.empty()
         done = st.session_state["ablation"] = (f.trace, scores)
     if done and done[0] is f.trace:

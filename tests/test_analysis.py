@@ -10,14 +10,15 @@ import torch.nn.functional as F
 
 import attnviz
 from attnviz.analysis import attention_flow, difference, head_importance, head_stats, head_table, match, rollout
-from attnviz.analysis.ablation import heads_masked, probe, projections
+from attnviz.analysis.ablation import probe
+from attnviz.hooks import heads_masked, projections
 from attnviz.analysis.heads import STATS, is_punctuation, normalised_entropy, stat_range
 from attnviz.analysis.rollout import residual_attention
 from attnviz.backends.hf import load_hf
 from attnviz.backends.trained import TrainedClassifier
 from attnviz.nn import TextClassifier, TransformerConfig
 from attnviz.tasks import SPECIALS, Vocab
-from attnviz.trace import AttentionTrace
+from attnviz.traces import AttentionTrace
 
 TEXT = "The animal didn't cross the street, because it was too tired!"
 
@@ -200,7 +201,7 @@ def test_head_mask_forward_equals_zeroing_the_heads_output_projection(minilm):
     for layer, head in [(0, 0), (3, 7), (5, 11)]:
         mask = np.ones((6, 12), np.float32)
         mask[layer, head] = 0
-        ablated = minilm.head_mask_forward(TEXT, mask)
+        ablated = minilm.ablation(TEXT)[1](mask)
         with torch.inference_mode():
             want = zeroed(minilm.net, "encoder.layers", "self_attn.out_proj", layer, head, 12)(ids).last[0]
         torch.testing.assert_close(ablated, want, atol=1e-5, rtol=0)

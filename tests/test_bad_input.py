@@ -322,7 +322,12 @@ def test_library_text(case, model, models):
     assert t.text == text.encode("utf-8", "replace").decode("utf-8")
     for side in ([t.encoder, t.decoder] if t.kind == "encoder-decoder" else [t]):
         T = side.n_tokens
-        assert T >= 1 and side.attentions.shape[-2:] == (T, T)
+        assert T >= 1 and side.weights.shape[-2:] == (T, T)
         assert len(side.special) == len(side.word_ids) == T
         assert len(set(labels(side.tokens))) == T
-        np.testing.assert_allclose(side.attentions.sum(-1), 1.0, atol=1e-4)  # rows sum to 1: softmax, no NaN
+        # Rows sum to 1: softmax, no NaN. Every head; at 10,000 tokens (builtin:seed takes any length) a first,
+        # middle and last query of each, computed on demand, rather than 18 GB of weights.
+        queries = range(T) if T <= 2048 else (0, T // 2, T - 1)
+        for layer, head in np.ndindex(*side.weights.shape[:2]):
+            rows = np.stack([side.row(layer, head, q) for q in queries])
+            np.testing.assert_allclose(rows.sum(-1), 1.0, atol=1e-4)

@@ -136,10 +136,10 @@ def test_value_norms_from_raw_weights(runs):
 def test_head_mask_of_ones_changes_nothing_and_zero_removes_heads(minilm, runs):
     trace, _ = runs["repeats"]
     ones = np.ones((6, 12), np.float32)
-    np.testing.assert_allclose(minilm.head_mask_forward(TEXTS["repeats"], ones).numpy(), trace.hidden_states[-1],
+    np.testing.assert_allclose(minilm.ablation(TEXTS["repeats"])[1](ones).numpy(), trace.hidden_states[-1],
                                atol=1e-5)
     ones[5] = 0  # with every head of the last layer gone, only its residual and FFN remain
-    got = minilm.head_mask_forward(TEXTS["repeats"], ones)
+    got = minilm.ablation(TEXTS["repeats"])[1](ones)
     layer = minilm.net.encoder.layers[5]
     with torch.no_grad():
         x = torch.tensor(trace.hidden_states[5]) + layer.self_attn.out_proj.bias

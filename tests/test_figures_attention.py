@@ -13,7 +13,7 @@ import attnviz
 from attnviz.figures.attention import QUANTISE_ABOVE, attention_heatmap, explorer_figures
 from attnviz.figures.overview import head_grid
 from attnviz.tokens import labels, merge_subwords, word_labels
-from attnviz.trace import AttentionTrace, Seq2SeqTrace
+from attnviz.traces import AttentionTrace, Seq2SeqTrace
 from attnviz.views import Options, focus_html, stack_view, stacks
 from helpers import decode
 

@@ -12,6 +12,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from attnviz.capture import record
+from attnviz.hooks import heads_masked
+
 from attnviz.nn import (
     Decoder,
     DecoderLayer,
@@ -97,17 +100,23 @@ def test_fully_masked_row_gives_zeros_not_nan():
     close(out[:, :, keep], F.scaled_dot_product_attention(q[:, :, keep], k, v))
 
 
-def test_weights_written_into_a_given_buffer_are_the_same_weights():
-    q, k, v = qkv(4, 6)
-    mask = torch.ones(4, 6, dtype=torch.bool)
-    mask[2] = False  # a fully masked row is zeroed in the buffer too
-    out, w = scaled_dot_product_attention(q, k, v, mask)
-    buf = torch.full((B, H, 4, 6), float("nan"))
-    with torch.inference_mode():
-        out_b, w_b = scaled_dot_product_attention(q, k, v, mask, weights_out=buf)
-    assert w_b.data_ptr() == buf.data_ptr()
-    torch.testing.assert_close(buf, w, rtol=0, atol=0)
-    torch.testing.assert_close(out_b, out, rtol=0, atol=0)
+def test_recorded_attention_gives_the_same_output_and_weights(mha_pair):
+    """Inside ``record`` MultiHeadAttention runs torch's SDPA and hands q, k to the recorder; the weights
+    computed from them again equal the ones it returns outside ``record``, and so does the output."""
+    ours, _ = mha_pair
+    x = torch.randn(1, 6, D)
+    mask = torch.ones(1, 1, 1, 6, dtype=torch.bool)
+    mask[..., 4:] = False  # padding keys
+    holder = nn.ModuleDict({"attn": ours})
+    for causal in (False, True):
+        with torch.inference_mode():
+            out, w = ours(x, x, x, mask, causal=causal)
+            with record(holder) as rec:
+                rec_out, none = ours(x, x, x, mask, causal=causal)
+        assert none is None
+        close(rec_out, out)
+        got = torch.tensor(rec.weights().dense()[0])  # (H, T, T)
+        close(got, w[0])
 
 
 def test_scaling_is_by_head_width_not_model_width():
@@ -163,7 +172,8 @@ def test_head_mask_removes_a_head(mha_pair):
     x, h = torch.randn(B, 6, D), 2
     head_mask = torch.ones(H)
     head_mask[h] = 0
-    out, _ = ours(x, x, x, head_mask=head_mask)
+    with heads_masked([ours.out_proj], head_mask[None]):
+        out, _ = ours(x, x, x)
     with torch.no_grad():
         theirs.out_proj.weight[:, h * (D // H):(h + 1) * (D // H)] = 0
     close(out, theirs(x, x, x)[0])
@@ -286,7 +296,7 @@ def test_encoder_layer_matches_torch(activation, norm_first):
     ours = EncoderLayer(D, H, F_, 0.0, activation, norm_first).eval()
     copy_encoder_layer(ours, theirs)
     x, lengths = torch.randn(B, 7, D), [7, 4]
-    out, w, _ = ours(x, padding(lengths, 7))
+    out, w = ours(x, padding(lengths, 7))
     close(out, theirs(x, src_key_padding_mask=~padding(lengths, 7)[:, 0, 0]))
     assert w.shape == (B, H, 7, 7) and (w[1, :, :, 4:] == 0).all()
 
@@ -297,8 +307,12 @@ def test_encoder_layer_statistics(activation, norm_first):
     theirs = torch_encoder_layer(activation, norm_first)
     ours = EncoderLayer(D, H, F_, 0.0, activation, norm_first).eval()
     copy_encoder_layer(ours, theirs)
-    x = torch.randn(B, 6, D)
-    out, _, s = ours(x, stats=True)
+    x = torch.randn(1, 6, D)  # a recorded forward takes one text
+    holder = nn.Module()
+    holder.config, holder.layers = small_config(), nn.ModuleList([ours])
+    with torch.inference_mode(), record(holder) as rec:
+        out, _ = ours(x)
+    s = {k: torch.from_numpy(v[0])[None] for k, v in rec.norms().items()}  # (1, T) or (1, H, T)
     sa = lambda h: theirs.self_attn(h, h, h, need_weights=False)[0]  # noqa: E731
     ff = lambda h: theirs.linear2(theirs.activation(theirs.linear1(h)))  # noqa: E731
     if norm_first:
@@ -366,7 +380,7 @@ def test_decoder_layer_matches_torch_with_causal_mask(norm_first):
             copy_linear(mine, src)
     tgt, mem, src_mask = torch.randn(B, 6, D), torch.randn(B, 9, D), padding([9, 5], 9)
     future = ~causal_mask(6)  # torch: True = may not attend
-    out, self_w, cross_w, _ = ours(tgt, mem, memory_mask=src_mask)  # no mask given: causal anyway
+    out, self_w, cross_w = ours(tgt, mem, memory_mask=src_mask)  # no mask given: causal anyway
     close(out, theirs(tgt, mem, tgt_mask=future, memory_key_padding_mask=~src_mask[:, 0, 0]))
     assert (self_w[..., future] == 0).all()
     assert (cross_w[1, ..., 5:] == 0).all()
@@ -414,7 +428,15 @@ def test_classifier_ignores_padding():
 
 def test_positions_beyond_max_len_are_refused():
     with pytest.raises(ValueError, match="17 tokens exceed the model's 16 positions"):
-        Embeddings(small_config())(torch.zeros(1, 17, dtype=torch.long))
+        Embeddings(small_config(positional="learned"))(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_sinusoidal_positions_take_any_length():
+    """The formula has no limit: past the precomputed table the encoding goes on exactly."""
+    positions = SinusoidalPositions(16, D)
+    close(positions(40), sinusoidal_encoding(40, D))
+    close(positions(40)[:16], positions(16))
+    assert Embeddings(small_config())(torch.zeros(1, 40, dtype=torch.long)).shape == (1, 40, D)
 
 
 def test_each_class_is_defined_once():

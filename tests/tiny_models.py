@@ -20,6 +20,9 @@ import transformers as tf
 from attnviz.backends.builtin import minilm_path
 
 FAMILIES = ("bert", "roberta", "distilbert", "gpt2", "llama", "t5", "byt5", "bart", "marian", "encoder-decoder")
+# Decoders whose attention has more to it: a sliding window (Mistral; Gemma 2 on alternate layers), soft-capped
+# logits and a query scale that is not 1/√head_dim (Gemma 2), query/key biases (Qwen2).
+WINDOWED = ("mistral", "gemma2", "qwen2")
 NO_ATTENTION = ("fnet",)  # mixes tokens with a Fourier transform: no attention weights to show
 
 CORPUS = [
@@ -85,13 +88,13 @@ def tokenizer(family: str):
         return tf.RobertaTokenizer(*_byte_bpe())
     if family == "gpt2":
         return tf.GPT2Tokenizer(*_byte_bpe())
-    if family == "llama":
+    if family in ("llama", *WINDOWED):
         return tf.LlamaTokenizer(*_metaspace_bpe(), add_bos_token=True)
     if family in ("t5", "marian"):
         return tf.T5Tokenizer(vocab=_unigram(), extra_ids=0)
     if family == "byt5":
         return tf.ByT5Tokenizer()  # a Python tokenizer over UTF-8 bytes: no tokenizer.json, no word ids
-    raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES + WINDOWED)}")
 
 
 def model(family: str, vocab_size: int):
@@ -124,6 +127,18 @@ def model(family: str, vocab_size: int):
         config.update(dict(num_attention_heads=h, num_key_value_heads=2, max_position_embeddings=p))
         config.bos_token_id, config.eos_token_id = 1, 2
         return tf.LlamaForCausalLM(config)
+    if family in WINDOWED:
+        rope = dict(vocab_size=vocab_size, hidden_size=d, intermediate_size=f, num_hidden_layers=n,
+                    num_attention_heads=h, num_key_value_heads=2, max_position_embeddings=p)
+        if family == "mistral":
+            config = tf.MistralConfig(**rope, sliding_window=5)
+        elif family == "gemma2":
+            config = tf.Gemma2Config(**rope, head_dim=d // h, sliding_window=5, query_pre_attn_scalar=5,
+                                     attn_logit_softcapping=1.5, layer_types=["sliding_attention", "full_attention"])
+        else:
+            config = tf.Qwen2Config(**rope)
+        config.bos_token_id, config.eos_token_id = 1, 2
+        return tf.AutoModelForCausalLM.from_config(config)
     if family in ("t5", "byt5"):
         # T5: one more decoder layer than encoder layers, so nothing may assume the two stacks match.
         config = tf.T5Config(vocab_size=vocab_size, d_model=d, d_kv=d // h, d_ff=f, num_heads=h)
@@ -142,7 +157,7 @@ def model(family: str, vocab_size: int):
         config = tf.EncoderDecoderConfig.from_encoder_decoder_configs(enc, dec)
         config.decoder_start_token_id, config.pad_token_id, config.eos_token_id = 101, 0, 102  # [CLS] [PAD] [SEP]
         return tf.EncoderDecoderModel(config=config)
-    raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES + NO_ATTENTION)}")
+    raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES + WINDOWED + NO_ATTENTION)}")
 
 
 def build(family: str, folder) -> Path:

@@ -7,7 +7,7 @@ The caveat every view repeats: attention weights alone are not an explanation of
 from .ablation import head_importance, probe
 from .compare import difference, match
 from .heads import STATS, head_stats, head_table
-from .rollout import FLOW_MAX_TOKENS, attention_flow, residual_attention, rollout
+from .rollout import FLOW_MAX_TOKENS, ROLLOUT_MAX_TOKENS, attention_flow, residual_attention, rollout
 
 CAVEAT = (
     "Attention weights show where a head looks, not why the model decides: on their own they are not an "
@@ -17,5 +17,5 @@ CAVEAT = (
 
 __all__ = [
     "CAVEAT", "STATS", "head_stats", "head_table", "rollout", "residual_attention", "attention_flow",
-    "FLOW_MAX_TOKENS", "head_importance", "probe", "match", "difference",
+    "FLOW_MAX_TOKENS", "ROLLOUT_MAX_TOKENS", "head_importance", "probe", "match", "difference",
 ]

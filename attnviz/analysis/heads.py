@@ -115,20 +115,38 @@ def key_masks(trace) -> dict[str, np.ndarray]:
 
 
 def head_stats(trace) -> dict[str, np.ndarray]:
-    """Every statistic in STATS for every head of one stack: name -> (L, H)."""
-    attn = trace.attentions
-    masks = key_masks(trace)
-    rows = row_entropy(attn)  # (L, H, T)
-    return {
-        "entropy": rows.mean(-1),
-        "entropy_norm": normalised_entropy(attn, trace.kind == "decoder", rows),
-        "distance": distance(attn),
-        **{name: share(attn, m) for name, m in masks.items()},
-        "prev": diagonal(attn, -1),
-        "self": diagonal(attn, 0),
-        "next": diagonal(attn, 1),
-        "max": largest(attn),
-    }
+    """Every statistic in STATS for every head of one stack: name -> (L, H).
+
+    Row by row, a tile of query rows at a time (``trace.weights``), so any length costs what the forward
+    costs, never L·H·T² floats at once.
+    """
+    w = trace.weights
+    L, H, T, _ = w.shape
+    masks = np.stack(list(key_masks(trace).values()), axis=1).astype(np.float32)  # (T, 3): cls, sep, punct
+    n = attendable(T, trace.kind == "decoder")
+    log_n = np.log(np.maximum(n, 2)).astype(np.float32)  # rows with one attendable key are left out below
+    sums = {name: np.zeros((L, H)) for name in STATS}
+    step = w.rows_per_tile(H)
+    for layer in range(L):
+        for a in range(0, T, step):
+            b = min(a + step, T)
+            tile = np.asarray(w.tile(layer, list(range(H)), a, b), np.float32)  # (H, rows, T)
+            rows = np.arange(a, b)
+            ent = row_entropy(tile)  # (H, rows)
+            s = sums
+            s["entropy"][layer] += ent.sum(-1)
+            s["entropy_norm"][layer] += (ent[:, n[a:b] > 1] / log_n[a:b][n[a:b] > 1]).sum(-1)
+            gap = np.abs(rows[:, None] - np.arange(T)[None, :]).astype(np.float32)  # (rows, T)
+            s["distance"][layer] += np.einsum("hij,ij->h", tile, gap, dtype=np.float64)
+            shares = (tile @ masks).sum(1, dtype=np.float64)  # (H, 3)
+            for i, name in enumerate(("cls", "sep", "punct")):
+                s[name][layer] += shares[:, i]
+            for name, offset in (("prev", -1), ("self", 0), ("next", 1)):
+                r = rows[(rows + offset >= 0) & (rows + offset < T)]
+                s[name][layer] += tile[:, r - a, r + offset].sum(-1, dtype=np.float64)
+            s["max"][layer] += tile.max(-1).sum(-1, dtype=np.float64)
+    counts = {"entropy_norm": int((n > 1).sum()), "prev": T - 1, "next": T - 1}
+    return {name: total / counts.get(name, T) if counts.get(name, T) else total for name, total in sums.items()}
 
 
 def stat_range(name: str, T: int) -> tuple[float, float]:

@@ -14,6 +14,7 @@ FLOW = (
     "its Ã_l weight — Abnar & Zuidema 2020"
 )
 FLOW_MAX_TOKENS = 64  # one max-flow per input token and layer: beyond this it stops being interactive
+ROLLOUT_MAX_TOKENS = 2048  # L matrix products of T × T: O(L·T³) time and (L, T, T) float64 memory
 _SCALE = 1 << 24  # scipy's max-flow needs integer capacities: weights in steps of 2⁻²⁴ (6e-8)
 
 
@@ -30,6 +31,9 @@ def residual_attention(attn: np.ndarray, residual: float = 0.5) -> np.ndarray:
 def rollout(attn: np.ndarray, residual: float = 0.5) -> np.ndarray:
     """Attention rollout after every layer: (L, H, T, T) -> (L, T, T); row i of R_l says how much of
     position i after layer l comes from each input token (rows sum to 1)."""
+    if attn.shape[-1] > ROLLOUT_MAX_TOKENS:
+        raise ValueError(f"attention rollout is limited to {ROLLOUT_MAX_TOKENS:,} tokens (its cost grows with the "
+                         f"cube of the length); this text has {attn.shape[-1]:,}")
     out = np.empty((attn.shape[0], attn.shape[2], attn.shape[3]))
     r = np.eye(attn.shape[-1])
     for layer, a in enumerate(residual_attention(attn, residual)):

@@ -6,12 +6,12 @@ import json
 import threading
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from ..capture import record
 from ..nn import EncoderModel, TransformerConfig
-from ..trace import AttentionTrace
-from .common import check_text, encode, handed_over, stacked
+from ..traces import AttentionTrace
+from .common import TorchBackend, check_text, encode, stack_trace
 from .trained import TRAINED
 
 
@@ -95,7 +95,7 @@ def seed_model(vocab_size: int) -> EncoderModel:
         return EncoderModel(config).eval()
 
 
-class BuiltinModel:
+class BuiltinModel(TorchBackend):
     """A built-in encoder with a WordPiece tokenizer; ``trace`` runs it on one text."""
 
     kind = "encoder"
@@ -103,34 +103,21 @@ class BuiltinModel:
     def __init__(self, key: str, net: EncoderModel, tokenizer, description: str):
         self.key, self.net, self.tokenizer, self.description = key, net, tokenizer, description
         c = net.config
-        self.n_layers, self.n_heads, self.max_tokens = c.n_layers, c.n_heads, c.max_len
+        self.n_layers, self.n_heads = c.n_layers, c.n_heads
+        self.position_limit = c.max_len if c.positional == "learned" else None  # sinusoids: any length
         self.lock = threading.Lock()
 
-    def trace(self, text: str, target: str | None = None) -> AttentionTrace:
+    def trace(self, text: str, target: str | None = None, max_tokens: int | None = None) -> AttentionTrace:
         text = check_text(text)
-        enc = encode(self.tokenizer, text, self.max_tokens)
-        ids = torch.tensor([enc.ids])  # (1, T)
-        with self.lock, torch.inference_mode():
-            weights = torch.empty(self.n_layers, 1, self.n_heads, len(enc.ids), len(enc.ids))  # (L, 1, H, T, T)
-            out = self.net(ids, stats=True, weights_out=weights)  # every layer's softmax lands in ``weights``
-        return AttentionTrace(
-            tokens=enc.tokens,
-            attentions=handed_over(weights[:, 0]),  # (L, 1, H, T, T) -> (L, H, T, T), no copy
-            hidden_states=stacked(out.hidden_states),  # (L+1) × (1, T, D) -> (L+1, T, D)
-            norms={k: v[0].numpy() for k, v in out.stats.items()},
-            special=enc.special,
-            word_ids=enc.word_ids,
-            model=self.key,
-            kind="encoder",
-            text=text,
-            truncated=enc.truncated,
-        )
+        enc = encode(self.tokenizer, text, self.limit(max_tokens))
+        with self.lock, torch.inference_mode(), record(self.net) as rec:
+            out = self.net(torch.tensor([enc.ids]))  # (1, T)
+        return stack_trace(self.key, enc, text, "encoder", rec.weights(), out.hidden_states, rec.norms())
 
-    def head_mask_forward(self, text: str, head_mask: np.ndarray) -> torch.Tensor:
-        """The last hidden states (T, D) with heads scaled by ``head_mask`` (L, H); 0 removes a head."""
-        enc = encode(self.tokenizer, check_text(text), self.max_tokens)
-        with self.lock, torch.inference_mode():
-            return self.net(torch.tensor([enc.ids]), head_mask=torch.as_tensor(head_mask, dtype=torch.float32)).last[0]
+    def ablation(self, text: str, max_tokens: int | None = None):
+        """("encoder", run): the last hidden states (T, D) with heads scaled by ``head_mask`` (L, H)."""
+        ids = torch.tensor([encode(self.tokenizer, check_text(text), self.limit(max_tokens)).ids])  # (1, T)
+        return "encoder", self.masked_run(lambda: self.net(ids).last[0])
 
 
 def _tokenizer():

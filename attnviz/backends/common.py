@@ -7,9 +7,13 @@ import re
 import threading
 from bisect import bisect_right
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 import numpy as np
+import torch
+
+from .. import settings
+from ..hooks import heads_masked, missing_note, projections
 
 MAX_CHARS = 100_000  # longer text is cut before tokenizing; the models see at most a few thousand tokens anyway
 
@@ -26,39 +30,27 @@ def check_text(text) -> str:
     return text[:MAX_CHARS]
 
 
-def handed_over(t) -> np.ndarray:
-    """A CPU float32 tensor as a read-only numpy view: given up to the trace, which adopts it without a copy
-    (``AttentionTrace`` keeps read-only arrays as they are)."""
-    out = t.numpy()
-    out.setflags(write=False)
-    return out
-
-
 _COPIERS = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="attnviz-copy")
 
 
 def stacked(tensors) -> np.ndarray:
-    """Batch-of-one tensors, one per layer, as one read-only float32 array (N, ...).
-
-    This is the trace's only copy of its attention weights (75 MB at 512 tokens for MiniLM), which
-    AttentionTrace adopts as it is. Numpy copies with the GIL released, so the layers are copied in
-    parallel: 10 ms instead of 17 on two cores, where torch.cat takes 26.
-    """
+    """Batch-of-one tensors, one per layer, as one read-only float32 array (N, ...) that AttentionTrace adopts
+    as it is. Numpy copies with the GIL released, so the layers are copied in parallel (faster than torch.cat)."""
     out = np.empty((len(tensors), *tensors[0].shape[1:]), np.float32)  # (N, ...)
 
     def copy(i):
         out[i] = tensors[i][0].float().cpu().numpy()  # (1, ...) -> (...)
 
     list(_COPIERS.map(copy, range(len(tensors))))
-    out.setflags(write=False)  # given up to the trace, like ``handed_over``
+    out.setflags(write=False)  # given up to the trace
     return out
 
 
 class Encoded(NamedTuple):
     ids: list  # (T,) token ids, special tokens included
     tokens: tuple  # (T,) token strings
-    special: np.ndarray  # (T,) bool
-    word_ids: np.ndarray  # (T,) int, -1 for special tokens
+    special: np.ndarray | None  # (T,) bool; None: no special tokens
+    word_ids: np.ndarray | None  # (T,) int, -1 for special tokens; None: each token a word
     truncated: int  # tokens dropped to fit max_tokens
 
 
@@ -97,14 +89,81 @@ def encode(tokenizer, text: str, max_tokens: int) -> Encoded:
     return Encoded(ids, tokens, special, words, max(0, n_full - len(ids)))
 
 
+def stack_trace(key: str, enc: Encoded, text: str, kind: str, weights, hidden_states, norms: dict,
+                capture: str = "interface"):
+    """The one place a backend's run becomes a trace: one stack's tokens (``enc``), weights (a Weights source),
+    hidden states (L+1 batch-of-one tensors) and norm statistics."""
+    from ..traces import AttentionTrace
+
+    return AttentionTrace(
+        tokens=enc.tokens,
+        weights=weights,
+        hidden_states=stacked(hidden_states),  # (L+1) × (1, T, D) -> (L+1, T, D)
+        norms=norms,
+        special=enc.special,
+        word_ids=enc.word_ids,
+        model=key,
+        kind=kind,
+        text=text,
+        truncated=enc.truncated,
+        capture=capture,
+    )
+
+
 class Backend(Protocol):
-    """A loaded model that turns text into a trace. ``lock`` serialises use of the shared model."""
+    """A loaded model: everything pages and analyses use. ``lock`` serialises use of the shared model."""
 
     key: str
     kind: str  # "encoder", "decoder" or "encoder-decoder"
     n_layers: int
     n_heads: int
-    max_tokens: int
+    max_tokens: int  # the most tokens a text may have (specials included)
+    description: str
+    norm_note: str  # "" when every norm statistic is recorded; else what the Norms page cannot show
     lock: threading.Lock
 
-    def trace(self, text: str, target: str | None = None): ...
+    def trace(self, text: str, target: str | None = None, max_tokens: int | None = None):
+        """The AttentionTrace (Seq2SeqTrace for encoder–decoders) of ``text``, cut to ``max_tokens`` (default:
+        the model's positions, capped by ATTNVIZ_MAX_TOKENS)."""
+
+    def ablation(self, text: str, max_tokens: int | None = None) -> tuple[str, Callable]:
+        """(measure, run): ``run(head_mask (L, H))`` is the output that head ablation compares (a ValueError
+        in plain words where ablation is not supported); ``measure`` names it (attnviz.analysis.ablation)."""
+
+    def position_info(self):
+        """The model's own position information (``attnviz.positions.PositionInfo``)."""
+
+
+class TorchBackend:
+    """What backends over a torch module ``net`` share: position information, norm coverage, head masking."""
+
+    net: torch.nn.Module
+    lock: threading.Lock
+    position_limit: int | None  # how many positions the model has; None: any number (sinusoids, rotary)
+
+    def limit(self, cap: int | None = None) -> int:
+        """The most tokens a text may have: the model's positions, capped by ``cap`` (or ATTNVIZ_MAX_TOKENS)."""
+        return min(n for n in (cap or settings.max_tokens(), self.position_limit) if n)
+
+    @property
+    def max_tokens(self) -> int:
+        return self.limit()
+
+    def position_info(self):
+        from ..positions import position_info
+
+        return position_info(self.net)
+
+    @property
+    def norm_note(self) -> str:
+        return missing_note(self.net)
+
+    def masked_run(self, forward: Callable[[], torch.Tensor]) -> Callable[[np.ndarray], torch.Tensor]:
+        """``run(head_mask)``: ``forward()`` with each head's output scaled by ``head_mask`` (L, H)."""
+        projs = projections(self.net, self.n_layers)
+
+        def run(head_mask):
+            with self.lock, torch.inference_mode(), heads_masked(projs, head_mask):
+                return forward()
+
+        return run

@@ -1,25 +1,32 @@
-"""Any pretrained Hugging Face model as a backend: encoders, decoders and encoder–decoders, eager attention.
+"""Any pretrained Hugging Face model as a backend: encoders, decoders and encoder–decoders.
 
 ``load_hf(name)`` takes a local folder or a hub id, refuses what is unsafe (custom code, pickle checkpoints,
 oversized weights) with a plain message, and returns an ``HFModel`` whose ``trace`` matches the builtin one.
+Models run with attnviz's attention function (``hf_attention``): SDPA speed, queries and keys captured, weights
+on demand. A model it does not reach exactly — checked against eager attention when it loads — runs eager, and
+its traces say so (``capture == "eager"``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
+import logging
 import threading
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 from .. import settings
-from ..trace import AttentionTrace, Seq2SeqTrace
-from .common import Encoded, check_text, encode, handed_over, stacked
-from .hooks import record
+from ..capture import record
+from ..traces import AttentionTrace, Seq2SeqTrace, stacks
+from ..weights import DenseWeights
+from . import hf_attention
+from .common import Encoded, TorchBackend, check_text, encode, stack_trace, stacked
+from .trained import ENCODER_DECODER_ABLATION
+
+log = logging.getLogger("attnviz")
 
 # What a model folder needs besides its weights.
 META_FILES = ["*.json", "*.txt", "*.model", "*.tiktoken", "merges.txt", "vocab.*"]
@@ -33,10 +40,12 @@ PAD_OFFSET_POSITIONS = {
 # Tensors a checkpoint may lack without changing attention or hidden states.
 HARMLESS_MISSING = ("pooler", "lm_head", "final_logits_bias")
 
-PROBE_TEXT = "Hello world."
-
-# One layer's attention weights above this size are written straight into the trace (12 heads: from 296 tokens).
-SOFTMAX_INTO_BYTES = 4 * 2**20
+PROBE_TEXT = "Hello world, hello again."
+# The captured weights must equal eager attention's within this, on the probe text, or the model runs eager.
+CAPTURE_TOLERANCE = 1e-5
+# A model that adds a bias or a dense mask to its scores (T5's relative bias) builds (H, T, T) tensors itself in
+# every forward, whatever attnviz keeps: T5 peaks at 24 GB for 10,000 tokens. Such models take this many.
+QUADRATIC_MAX_TOKENS = 2048
 
 
 def load_hf(name: str) -> "HFModel":
@@ -186,14 +195,15 @@ def _check_safetensors(folder: Path, weights: list[str]) -> None:
 
 
 def _load_model(folder: Path, kind: str, safe: bool):
-    """The model with eager attention (the only implementation that returns weights), in eval mode."""
+    """The model with attnviz's attention function, in eval mode."""
     import transformers as tf
 
+    hf_attention.register()
     auto = {"encoder": tf.AutoModel, "decoder": tf.AutoModelForCausalLM, "encoder-decoder": tf.AutoModelForSeq2SeqLM}
     try:
         net, info = auto[kind].from_pretrained(
             folder,
-            attn_implementation="eager",
+            attn_implementation=hf_attention.NAME,
             use_safetensors=safe,
             dtype=torch.float32,
             trust_remote_code=False,
@@ -251,107 +261,92 @@ def _decoder_start(net, tokenizer) -> int:
     return start
 
 
-def _stack(attentions, hidden, model_type: str, into: _SoftmaxInto | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(attentions (L, H, Tq, Tk), hidden states (L+1, T, D)) as float32 numpy, checked one per layer."""
-    if not attentions or not hidden or len(attentions) != len(hidden) - 1 or any(a is None for a in attentions):
+def _dense(attentions, model_type: str, n_layers: int) -> DenseWeights:
+    """Eager attention's own weights, one tensor per layer, as a dense (L, H, Tq, Tk) source."""
+    if not attentions or len(attentions) != n_layers or any(a is None for a in attentions):
         raise ValueError(f"This model type ({model_type}) does not return attention weights; attnviz cannot show it.")
-    attn = into.adopted(attentions) if into is not None else None
-    return stacked(attentions) if attn is None else attn, stacked(hidden)  # (L, H, Tq, Tk), (L+1, T, D)
+    return DenseWeights(stacked(attentions))
 
 
-class _SoftmaxInto(TorchFunctionMode):
-    """Inside this mode the i-th softmax over a float32 tensor shaped like ``buffer[i]`` (1, H, T, T), taken
-    over its last dimension, writes its result into ``buffer[i]``; every other call runs unchanged.
-
-    Eager attention returns its softmax as the layer's weights, so the model hands back slices of one
-    (L, 1, H, T, T) buffer, which the trace adopts instead of copying 75 MB (at 512 tokens) out of L
-    tensors. The numbers are the same softmax's. ``adopted`` trusts the buffer only if every returned
-    weight tensor is its slice; a model that upcasts, rescales or returns something else gets the copy.
-    """
-
-    SOFTMAX = {F.softmax, torch.softmax, torch.Tensor.softmax}
-
-    def __init__(self, buffer: torch.Tensor):
-        super().__init__()
-        self.buffer, self.filled = buffer, 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in self.SOFTMAX and self.filled < len(self.buffer):
-            x, dim, slot = args[0], args[1] if len(args) > 1 else kwargs.get("dim"), self.buffer[self.filled]
-            if x.shape == slot.shape and x.dtype == slot.dtype and dim in (-1, x.ndim - 1) and len(args) <= 2 \
-                    and kwargs.get("dtype") in (None, x.dtype):  # (a dtype given by position: left alone)
-                self.filled += 1
-                return torch.softmax(x, -1, out=slot)
-        return func(*args, **kwargs)
-
-    def adopted(self, attentions) -> np.ndarray | None:
-        """The buffer as a read-only (L, H, T, T) array if ``attentions`` are exactly its slices, else None."""
-        slots = self.buffer[:, 0]  # (L, H, T, T)
-        if len(attentions) != len(slots) or any(
-            a.data_ptr() != s.data_ptr() or a.shape[1:] != s.shape or a.stride()[1:] != s.stride()
-            for a, s in zip(attentions, slots)
-        ):
-            return None
-        return handed_over(slots)
-
-
-class HFModel:
+class HFModel(TorchBackend):
     """A pretrained Hugging Face model; ``trace`` runs it on one text (and a target for encoder–decoders)."""
 
     def __init__(self, key: str, net, tokenizer, kind: str, config):
         self.key, self.net, self.tokenizer, self.kind = key, net, tokenizer, kind
         self.model_type = config.model_type
         self.device = next(net.parameters()).device
-        limits = [settings.max_tokens(), _position_limit(config)]
+        limits = [_position_limit(config)]
         if tokenizer.model_max_length < 1e6:  # larger values are "no limit" placeholders
             limits.append(int(tokenizer.model_max_length))
-        self.max_tokens = min(n for n in limits if n)
+        self.position_limit = min((n for n in limits if n), default=None)
         self.lock = threading.Lock()
         self.start_id = _decoder_start(net, tokenizer) if kind == "encoder-decoder" else None
-        probe = self.trace(PROBE_TEXT, target=PROBE_TEXT if kind == "encoder-decoder" else None)
+        self.capture = "interface"
+        probe = self._checked_probe()
+        if self.capture == "eager" or any(layer.bias is not None or layer.mask is not None
+                                          for s in stacks(probe).values() for layer in s.weights.layers):
+            self.position_limit = min(n for n in (self.position_limit, QUADRATIC_MAX_TOKENS) if n)
         first = probe.encoder if kind == "encoder-decoder" else probe
         self.n_layers, self.n_heads = first.n_layers, first.n_heads
         self.description = (
             f"{self.model_type} from {key.removeprefix('hf:')}: {self.n_layers} layers × {self.n_heads} heads, "
-            f"{kind}, up to {self.max_tokens} tokens"
+            f"{kind}, up to {self.max_tokens:,} tokens"
         )
 
-    def _softmax_into(self, T: int) -> _SoftmaxInto | None:
-        """A mode that collects a float32 CPU model's attention weights in one buffer, once the probe in
-        ``__init__`` has told the layers and heads, and only where it pays: the mode costs a few µs on
-        every torch call, while the copy it saves grows with T² (MiniLM: break-even near 256 tokens,
-        15 ms saved at 512)."""
-        if not hasattr(self, "n_heads") or self.device.type != "cpu" or self.net.dtype != torch.float32:
-            return None
-        if self.n_heads * T * T * 4 < SOFTMAX_INTO_BYTES:
-            return None
-        return _SoftmaxInto(torch.empty(self.n_layers, 1, self.n_heads, T, T))  # (L, 1, H, T, T)
+    def _checked_probe(self):
+        """The probe text's trace, captured when the captured weights equal eager attention's there; otherwise
+        (the model's maths is not what the recipe reproduces, or the capture failed) it runs eager from now on."""
+        target = PROBE_TEXT if self.kind == "encoder-decoder" else None
+        try:
+            captured = self.trace(PROBE_TEXT, target)
+        except Exception as e:  # an argument the recipe does not know (attention sinks …), no attention calls
+            captured, reason = None, f"capture failed ({e})"
+        self._use("eager")
+        eager = self.trace(PROBE_TEXT, target)
+        if captured is not None:
+            names = ("encoder", "decoder", "cross") if self.kind == "encoder-decoder" else ("self",)
+            gap = max(float(np.abs(captured.stack(n).weights.dense() - eager.stack(n).weights.dense()).max())
+                      for n in names)
+            if gap <= CAPTURE_TOLERANCE:
+                self._use("interface")
+                return captured
+            reason = f"captured weights are {gap:.2g} from eager attention's"
+        log.warning("%s: %s; using eager attention", self.key, reason)
+        return eager
+
+    def _use(self, capture: str) -> None:
+        self.net.set_attn_implementation(hf_attention.NAME if capture == "interface" else "eager")
+        self.capture = capture
 
     def _forward(self, **ids):
-        """One forward pass over batch-of-one token ids -> (outputs with every layer's attentions and hidden
-        states, the hooks' Recorder of norm statistics)."""
+        """One recorded forward pass over batch-of-one token ids -> (outputs with every hidden state, recorder)."""
         inputs = {k: torch.tensor([v], device=self.device) for k, v in ids.items()}  # (1, T)
         with record(self.net) as rec:
-            out = self.net(**inputs, output_attentions=True, output_hidden_states=True)
+            out = self.net(**inputs, output_attentions=self.capture == "eager", output_hidden_states=True)
         return out, rec
 
-    def trace(self, text: str, target: str | None = None) -> AttentionTrace | Seq2SeqTrace:
+    def _weights(self, rec, attentions, side: str, n_layers: int):
+        """One side's weights: captured queries and keys, or eager attention's own."""
+        if self.capture == "interface":
+            return rec.weights(side)
+        return _dense(attentions, self.model_type, n_layers)
+
+    def trace(self, text: str, target: str | None = None, max_tokens: int | None = None):
         text = check_text(text)
+        limit = self.limit(max_tokens)
         target = None if target is None or self.kind != "encoder-decoder" else check_text(target)
         # The lock covers tokenizing too: a fast tokenizer shared by threads can fail with "Already borrowed".
         with self.lock, torch.inference_mode():
-            src = encode(self.tokenizer, text, self.max_tokens)
+            src = encode(self.tokenizer, text, limit)
             if self.kind != "encoder-decoder":
-                into = self._softmax_into(len(src.ids))
-                with into or contextlib.nullcontext():
-                    out, rec = self._forward(input_ids=src.ids)
-                attn, hidden = _stack(out.attentions, out.hidden_states, self.model_type, into)
-                return self._side(src, text, attn, hidden, self.kind, rec.norms())
+                out, rec = self._forward(input_ids=src.ids)
+                hidden = out.hidden_states
+                weights = self._weights(rec, out.attentions, "", len(hidden) - 1)
+                return self._side(src, text, weights, hidden, self.kind, rec.norms())
             if target is None:
                 tgt = self._label(self._generate(src.ids))
             else:
-                enc = encode(self.tokenizer, target, self.max_tokens - 1)
+                enc = encode(self.tokenizer, target, limit - 1)
                 tgt = enc._replace(
                     ids=[self.start_id, *enc.ids],
                     tokens=(self.tokenizer.convert_ids_to_tokens(self.start_id), *enc.tokens),
@@ -359,30 +354,34 @@ class HFModel:
                     word_ids=np.concatenate([[-1], enc.word_ids]),
                 )
             out, rec = self._forward(input_ids=src.ids, decoder_input_ids=tgt.ids)
-        enc_attn, enc_hidden = _stack(out.encoder_attentions, out.encoder_hidden_states, self.model_type)
-        dec_attn, dec_hidden = _stack(out.decoder_attentions, out.decoder_hidden_states, self.model_type)
-        cross, _ = _stack(out.cross_attentions, out.decoder_hidden_states, self.model_type)
+            n_enc, n_dec = len(out.encoder_hidden_states) - 1, len(out.decoder_hidden_states) - 1
+            enc_w = self._weights(rec, out.encoder_attentions, "encoder", n_enc)
+            dec_w = self._weights(rec, out.decoder_attentions, "decoder", n_dec)
+            cross = self._weights(rec, out.cross_attentions, "cross", n_dec)
         target_text = target or self.tokenizer.decode(tgt.ids, skip_special_tokens=True)
         return Seq2SeqTrace(
-            encoder=self._side(src, text, enc_attn, enc_hidden, "encoder", rec.norms("encoder")),
-            decoder=self._side(tgt, target_text, dec_attn, dec_hidden, "decoder", rec.norms("decoder")),
-            cross_attentions=cross,
+            encoder=self._side(src, text, enc_w, out.encoder_hidden_states, "encoder", rec.norms("encoder")),
+            decoder=self._side(tgt, target_text, dec_w, out.decoder_hidden_states, "decoder", rec.norms("decoder")),
+            cross=cross,
             generated=target is None,
         )
 
-    def _side(self, enc, text: str, attn, hidden, kind: str, norms: dict) -> AttentionTrace:
-        return AttentionTrace(
-            tokens=enc.tokens,
-            attentions=attn,
-            hidden_states=hidden,
-            norms=norms,
-            special=enc.special,
-            word_ids=enc.word_ids,
-            model=self.key,
-            kind=kind,
-            text=text,
-            truncated=enc.truncated,
-        )
+    def ablation(self, text: str, max_tokens: int | None = None):
+        """("encoder", run) -> last hidden states (T, D), or ("lm", run) -> the mean next-token loss."""
+        if self.kind == "encoder-decoder":
+            raise ValueError(ENCODER_DECODER_ABLATION)
+        with self.lock:  # tokenizers are not thread-safe
+            ids = encode(self.tokenizer, check_text(text), self.limit(max_tokens)).ids
+        ids = torch.tensor([ids], device=self.device)  # (1, T)
+        if self.kind == "encoder":
+            return "encoder", self.masked_run(lambda: self.net(input_ids=ids).last_hidden_state[0])  # (T, D)
+        if ids.shape[1] < 2:
+            raise ValueError("The next-token loss needs at least two tokens: enter a longer text.")
+        loss = lambda: F.cross_entropy(self.net(input_ids=ids).logits[0, :-1].double(), ids[0, 1:])  # noqa: E731
+        return "lm", self.masked_run(loss)  # predicts token t + 1 from t
+
+    def _side(self, enc, text: str, weights, hidden, kind: str, norms: dict) -> AttentionTrace:
+        return stack_trace(self.key, enc, text, kind, weights, hidden, norms, self.capture)
 
     def _generate(self, ids: list) -> list:
         """The model's own greedy output for ``ids``, decoder start token first."""

@@ -10,46 +10,36 @@ import json
 import threading
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from ..capture import record
 from ..nn import TextClassifier, TransformerConfig, Translator
 from ..tasks import BOS, EOS, SPECIALS, Vocab
-from ..trace import AttentionTrace, Seq2SeqTrace
-from .common import check_text
+from ..traces import AttentionTrace, Seq2SeqTrace
+from .common import Encoded, TorchBackend, check_text, stack_trace
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
+ENCODER_DECODER_ABLATION = "Head ablation covers encoders and causal LMs; encoder–decoder models are not supported."
 
 
-def _stack_trace(out, tokens, special, model, kind, text, truncated) -> AttentionTrace:
-    """One stack's StackOutput (batch of one, run with stats) as a trace."""
-    return AttentionTrace(
-        tokens=tokens,
-        attentions=torch.cat(out.attentions).numpy(),  # L × (1, H, T, T) -> (L, H, T, T)
-        hidden_states=torch.cat(out.hidden_states).numpy(),  # (L+1, T, D)
-        norms={k: v[0].numpy() for k, v in out.stats.items()},
-        special=special,
-        model=model,
-        kind=kind,
-        text=text,
-        truncated=truncated,
-    )
-
-
-class _Trained:
+class _Trained(TorchBackend):
     """What both trained backends share: a small net, a word-level source vocabulary, a lock."""
 
     def __init__(self, key: str, net, source: Vocab, description: str = "", info: dict | None = None):
         self.key, self.net, self.source, self.description = key, net.eval(), source, description
         self.info = info or {}  # how it was trained and what it scored, for display
         c = net.config
-        self.n_layers, self.n_heads, self.max_tokens = c.n_layers, c.n_heads, c.max_len
+        self.n_layers, self.n_heads, self.position_limit = c.n_layers, c.n_heads, c.max_len
         self.lock = threading.Lock()
 
-    def _source(self, text: str) -> tuple[list[str], torch.Tensor, int]:
-        """(tokens, ids (1, T), how many tokens were cut) for a checked text."""
+
+    def _source(self, text: str, max_tokens: int | None = None) -> tuple[Encoded, torch.Tensor]:
+        """(the words kept, their ids (1, T)) for a checked text."""
         tokens = self.source.tokens(check_text(text))
-        kept = tokens[: self.max_tokens]
-        return kept, torch.tensor([self.source.ids(kept)]), len(tokens) - len(kept)
+        kept = tokens[: self.limit(max_tokens)]
+        ids = self.source.ids(kept)
+        return Encoded(ids, tuple(kept), None, None, len(tokens) - len(kept)), torch.tensor([ids])
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "description": self.description, "config": self.net.config.to_dict(),
@@ -67,15 +57,20 @@ class TrainedClassifier(_Trained):
             raise ValueError(f"{len(labels)} labels for a classifier with {net.config.n_classes} classes")
         self.labels = tuple(labels)
 
-    def trace(self, text: str, target: str | None = None) -> AttentionTrace:
-        tokens, ids, cut = self._source(text)
-        with self.lock, torch.inference_mode():
-            _, out = self.net(ids, stats=True)
-        return _stack_trace(out, tokens, None, self.key, "encoder", text, cut)
+    def trace(self, text: str, target: str | None = None, max_tokens: int | None = None) -> AttentionTrace:
+        enc, ids = self._source(text, max_tokens)
+        with self.lock, torch.inference_mode(), record(self.net) as rec:
+            _, out = self.net(ids)
+        return stack_trace(self.key, enc, text, "encoder", rec.weights(), out.hidden_states, rec.norms())
+
+    def ablation(self, text: str, max_tokens: int | None = None):
+        """("classifier", run): the class probabilities with heads scaled by ``head_mask`` (L, H)."""
+        _, ids = self._source(text, max_tokens)
+        return "classifier", self.masked_run(lambda: self.net(ids)[0][0].double().softmax(-1))  # (n_classes,)
 
     def predict(self, text: str) -> dict[str, float]:
         """label -> probability."""
-        _, ids, _ = self._source(text)
+        _, ids = self._source(text)
         with self.lock, torch.inference_mode():
             logits, _ = self.net(ids)
         return dict(zip(self.labels, logits[0].softmax(-1).tolist()))
@@ -99,16 +94,16 @@ class TrainedTranslator(_Trained):
         return self.net.greedy(src, self.bos, self.eos, max_len=self.max_tokens - 1)[0].tolist()
 
     def translate(self, text: str) -> str:
-        _, src, _ = self._source(text)
+        _, src = self._source(text)
         with self.lock, torch.inference_mode():
             return self.target.decode(self._greedy(src))
 
-    def trace(self, text: str, target: str | None = None) -> Seq2SeqTrace:
+    def trace(self, text: str, target: str | None = None, max_tokens: int | None = None) -> Seq2SeqTrace:
         """Source self-attention, decoder self-attention and cross-attention over [BOS] target [EOS].
 
         Row i of the decoder (and of the cross-attention) is the query that predicts target token i + 1.
         """
-        tokens, src, cut = self._source(text)
+        source, src = self._source(text, max_tokens)
         tgt_cut = 0
         if target is not None:
             if not isinstance(target, str) or not target.strip():
@@ -118,16 +113,21 @@ class TrainedTranslator(_Trained):
             tgt_cut = len(words) - len(kept)
         with self.lock, torch.inference_mode():
             ids = self._greedy(src) if target is None else [self.bos, *self.target.ids(kept), self.eos]
-            _, enc, dec = self.net(src, torch.tensor([ids]), stats=True)
-            cross = torch.cat(dec.cross_attentions).numpy()  # L × (1, H, Tt, Ts) -> (L, H, Tt, Ts)
-        tgt_tokens = [self.target.itos[i] for i in ids]
-        special = [t in SPECIALS for t in tgt_tokens]
+            with record(self.net) as rec:
+                _, enc, dec = self.net(src, torch.tensor([ids]))
+        tokens = tuple(self.target.itos[i] for i in ids)
+        target_enc = Encoded(ids, tokens, np.array([t in SPECIALS for t in tokens]), None, tgt_cut)
+        side = lambda e, t, kind, out: stack_trace(  # noqa: E731
+            self.key, e, t, kind, rec.weights(kind), out.hidden_states, rec.norms(kind))
         return Seq2SeqTrace(
-            encoder=_stack_trace(enc, tokens, None, self.key, "encoder", text, cut),
-            decoder=_stack_trace(dec, tgt_tokens, special, self.key, "decoder", self.target.decode(ids), tgt_cut),
-            cross_attentions=cross,
+            encoder=side(source, text, "encoder", enc),
+            decoder=side(target_enc, self.target.decode(ids), "decoder", dec),
+            cross=rec.weights("cross"),
             generated=target is None,
         )
+
+    def ablation(self, text: str, max_tokens: int | None = None):
+        raise ValueError(ENCODER_DECODER_ABLATION)
 
     def to_json(self) -> dict:
         return {**super().to_json(), "target": self.target.to_json()}

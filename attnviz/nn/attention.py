@@ -7,28 +7,63 @@ returned instead of being kept on the module.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+
+from ..weights import LayerQK
+
+# The recorder of the forward running in this thread (``attnviz.capture.record``), None outside one.
+RECORDER: ContextVar = ContextVar("attnviz_recorder", default=None)
 
 
-def scaled_dot_product_attention(q, k, v, mask=None, dropout: nn.Module | None = None, weights_out=None):
+def scaled_dot_product_attention(q, k, v, mask=None, dropout: nn.Module | None = None):
     """softmax(q kᵀ / √d_k) v -> (out (..., Tq, Dv), weights (..., Tq, Tk)).
 
     ``mask`` is boolean and broadcasts to (..., Tq, Tk); True means "may attend". A row with
-    nothing to attend to gets all-zero weights (and a zero output), never NaN. ``weights_out``
-    (inference only) is a (..., Tq, Tk) tensor the weights are written into and returned as.
+    nothing to attend to gets all-zero weights (and a zero output), never NaN.
     """
     # Scaling q (Tq·d_k values) rather than the scores (Tq·Tk) is the same product for less work.
     scores = (q / math.sqrt(q.size(-1))) @ k.transpose(-2, -1)  # (..., Tq, Tk)
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1, out=weights_out)
+    weights = torch.softmax(scores, dim=-1)
     if mask is not None:  # fully masked rows: uniform after softmax, zero after this
-        weights = weights * mask if weights_out is None else weights.mul_(mask)
+        weights = weights * mask
     if dropout is not None:
         weights = dropout(weights)
     return weights @ v, weights
+
+
+def attend(module, q, k, v, mask=None, causal: bool = False, dropout: nn.Module | None = None):
+    """The attention of attnviz's own modules -> (out (B, H, Tq, Dv), weights (B, H, Tq, Tk) or None).
+
+    ``mask`` is boolean (True = may attend) and broadcasts to (B, H, Tq, Tk); ``causal`` hides later keys.
+    Inside ``attnviz.capture.record`` the call hands its queries, keys and mask to the recorder and runs
+    torch's fused SDPA, returning no weights (the trace computes them on demand); otherwise it returns them.
+    """
+    Tq, Tk = q.shape[-2], k.shape[-2]
+    if causal:
+        mask = causal_mask(Tq, Tk, q.device) if mask is None else mask & causal_mask(Tq, Tk, q.device)
+    recorder = RECORDER.get()
+    if recorder is None:
+        return scaled_dot_product_attention(q, k, v, mask, dropout)
+    if q.shape[0] != 1:
+        raise ValueError("a recorded forward takes one text at a time (a batch of one)")
+    extra = None
+    if mask is not None and not bool(mask.all()):
+        m = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (B, 1 or H, 1 or Tq, Tk)
+        extra = m[0].expand(-1, Tq, Tk)  # (1 or H, Tq, Tk): what causality alone does not explain
+        if causal and bool((extra == causal_mask(Tq, Tk, q.device)).all()):
+            extra = None
+    scale = q.shape[-1] ** -0.5
+    recorder.attention(module, LayerQK(q[0], k[0], scale, causal=causal, mask=extra))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    if mask is not None:  # fully masked rows: zero, as the weights say (SDPA gives NaN there)
+        out = out.nan_to_num(0.0)
+    return out, None
 
 
 def head_value_norms(v, w_o):
@@ -41,9 +76,10 @@ def head_value_norms(v, w_o):
     return ((v @ gram) * v).sum(-1).clamp(min=0).sqrt()  # (..., H, T)
 
 
-def causal_mask(T: int, device=None) -> torch.Tensor:
-    """(T, T) boolean mask: position i may attend to positions ≤ i."""
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril()
+def causal_mask(Tq: int, Tk: int | None = None, device=None) -> torch.Tensor:
+    """(Tq, Tk) boolean mask: query i, at key position i + Tk − Tq, may attend to keys up to it."""
+    Tk = Tq if Tk is None else Tk
+    return torch.arange(Tk, device=device)[None, :] <= torch.arange(Tq, device=device)[:, None] + (Tk - Tq)
 
 
 class MultiHeadAttention(nn.Module):
@@ -64,30 +100,22 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, Dh)
 
-    def forward(self, query, key, value, mask=None, head_mask=None, value_norms: bool = False, weights_out=None):
-        """(B, Tq, D), (B, Tk, D), (B, Tk, D) -> (out (B, Tq, D), weights (B, H, Tq, Tk)).
+    def forward(self, query, key, value, mask=None, causal: bool = False):
+        """(B, Tq, D), (B, Tk, D), (B, Tk, D) -> (out (B, Tq, D), weights (B, H, Tq, Tk), None when recorded).
 
-        ``mask`` broadcasts to (B, H, Tq, Tk), True = attend. ``head_mask`` (H,) scales each
-        head's contribution (0 removes a head), as in Michel et al. 2019. With ``value_norms``
-        a third item, ``self.value_norms(value)`` from the values already projected. The weights
-        are written into ``weights_out`` (B, H, Tq, Tk) when it is given (inference only).
+        ``mask`` broadcasts to (B, H, Tq, Tk), True = attend; ``causal`` also hides later keys.
         """
         q = self._split(self.q_proj(query))  # (B, H, Tq, Dh)
         k = self._split(self.k_proj(key))  # (B, H, Tk, Dh)
         v = self._split(self.v_proj(value))  # (B, H, Tk, Dh)
-        ctx, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout, weights_out)  # (B, H, Tq, Dh)
-        if head_mask is not None:
-            ctx = ctx * head_mask.view(1, -1, 1, 1)
+        ctx, weights = attend(self, q, k, v, mask, causal, self.dropout)  # (B, H, Tq, Dh)
         B, _, Tq, _ = ctx.shape
         ctx = ctx.transpose(1, 2).reshape(B, Tq, self.d_model)  # (B, Tq, D)
-        out = self.out_proj(ctx)
-        return (out, weights, self._value_norms(v)) if value_norms else (out, weights)
+        return self.out_proj(ctx), weights
 
     def value_norms(self, value):
         """‖f_h(x_j)‖ = ‖(x_j W_V + b_V)_h W_O,h‖ per head and key (Kobayashi et al. 2020): (B, H, Tk)."""
-        return self._value_norms(self._split(self.v_proj(value)))  # (B, H, Tk, Dh) -> (B, H, Tk)
-
-    def _value_norms(self, v):
+        v = self._split(self.v_proj(value))  # (B, H, Tk, Dh)
         w_o = self.out_proj.weight.view(self.d_model, self.n_heads, self.d_head).permute(1, 2, 0)  # (H, Dh, D)
         return head_value_norms(v, w_o)  # (B, H, Tk)
 
@@ -104,4 +132,4 @@ class MultiHeadAttention(nn.Module):
         return self
 
 
-__all__ = ["scaled_dot_product_attention", "head_value_norms", "causal_mask", "MultiHeadAttention"]
+__all__ = ["scaled_dot_product_attention", "attend", "head_value_norms", "causal_mask", "MultiHeadAttention", "RECORDER"]

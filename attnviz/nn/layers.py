@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import MultiHeadAttention, causal_mask
+from .attention import MultiHeadAttention
 
 ACTIVATIONS = {
     "relu": F.relu,
@@ -64,29 +64,12 @@ class Residual(nn.Module):
         self.norm_first = norm_first
 
     def forward(self, x, sublayer):
-        """``sublayer(x) -> (out, extra)``; returns (new x, extra, (norm input, norm output, out))."""
+        """``sublayer(x) -> (out, extra)``; returns (new x, extra)."""
         if self.norm_first:
-            normed = self.norm(x)
-            out, extra = sublayer(normed)
-            out = self.dropout(out)
-            return x + out, extra, (x, normed, out)
+            out, extra = sublayer(self.norm(x))
+            return x + self.dropout(out), extra
         out, extra = sublayer(x)
-        out = self.dropout(out)
-        summed = x + out
-        normed = self.norm(summed)
-        return normed, extra, (summed, normed, out)
-
-
-def _stats(prefix: str, out_key: str, parts) -> dict:
-    """Per-token statistics of one residual sublayer: (B, T) each."""
-    norm_in, norm_out, out = parts
-    mean = norm_in.mean(-1)
-    return {
-        f"{prefix}_in_mean": mean,
-        f"{prefix}_in_std": (norm_in - mean[..., None]).pow(2).mean(-1).sqrt(),  # biased; faster than .std
-        f"{prefix}_out": norm_out.norm(dim=-1),
-        out_key: out.norm(dim=-1),
-    }
+        return self.norm(x + self.dropout(out)), extra
 
 
 class EncoderLayer(nn.Module):
@@ -99,22 +82,11 @@ class EncoderLayer(nn.Module):
         self.sub1 = Residual(d_model, norm_first, dropout, eps)
         self.sub2 = Residual(d_model, norm_first, dropout, eps)
 
-    def forward(self, x, mask=None, head_mask=None, stats: bool = False, weights_out=None):
-        """(B, T, D) -> (out (B, T, D), weights (B, H, T, T), stats dict or None); weights into ``weights_out``."""
-        norms = []  # the value norms, computed from the forward's own values when stats are asked for
-
-        def attend(h):
-            out, weights, *vn = self.self_attn(h, h, h, mask, head_mask, value_norms=stats, weights_out=weights_out)
-            norms.extend(vn)
-            return out, weights
-
-        x, weights, p1 = self.sub1(x, attend)
-        x, _, p2 = self.sub2(x, lambda h: (self.ffn(h), None))
-        if not stats:
-            return x, weights, None
-        s = {**_stats("ln1", "attn_out", p1), **_stats("ln2", "ffn_out", p2)}
-        s["value_norms"] = norms[0]  # (B, H, T)
-        return x, weights, s
+    def forward(self, x, mask=None):
+        """(B, T, D) -> (out (B, T, D), weights (B, H, T, T) or None when recorded)."""
+        x, weights = self.sub1(x, lambda h: self.self_attn(h, h, h, mask))
+        x, _ = self.sub2(x, lambda h: (self.ffn(h), None))
+        return x, weights
 
 
 class DecoderLayer(nn.Module):
@@ -129,25 +101,12 @@ class DecoderLayer(nn.Module):
         self.sub2 = Residual(d_model, norm_first, dropout, eps)
         self.sub3 = Residual(d_model, norm_first, dropout, eps)
 
-    def forward(self, x, memory, self_mask=None, memory_mask=None, stats: bool = False):
-        """x (B, Tt, D), memory (B, Ts, D) -> (out, self weights (B,H,Tt,Tt), cross weights (B,H,Tt,Ts), stats).
+    def forward(self, x, memory, self_mask=None, memory_mask=None):
+        """x (B, Tt, D), memory (B, Ts, D) -> (out, self weights (B, H, Tt, Tt), cross weights (B, H, Tt, Ts)).
 
-        ``self_mask`` is combined with the causal mask: a target position never sees later ones.
+        The self-attention is causal on top of ``self_mask``: a target position never sees later ones.
         """
-        causal = causal_mask(x.size(1), x.device)  # (Tt, Tt)
-        self_mask = causal if self_mask is None else self_mask & causal
-        norms = []
-
-        def attend(h):
-            out, weights, *vn = self.self_attn(h, h, h, self_mask, value_norms=stats)
-            norms.extend(vn)
-            return out, weights
-
-        x, self_w, p1 = self.sub1(x, attend)
-        x, cross_w, _ = self.sub2(x, lambda h: self.cross_attn(h, memory, memory, memory_mask))
-        x, _, p3 = self.sub3(x, lambda h: (self.ffn(h), None))
-        if not stats:
-            return x, self_w, cross_w, None
-        s = {**_stats("ln1", "attn_out", p1), **_stats("ln2", "ffn_out", p3)}
-        s["value_norms"] = norms[0]
-        return x, self_w, cross_w, s
+        x, self_w = self.sub1(x, lambda h: self.self_attn(h, h, h, self_mask, causal=True))
+        x, cross_w = self.sub2(x, lambda h: self.cross_attn(h, memory, memory, memory_mask))
+        x, _ = self.sub3(x, lambda h: (self.ffn(h), None))
+        return x, self_w, cross_w

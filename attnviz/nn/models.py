@@ -43,19 +43,15 @@ class TransformerConfig:
 
 
 class StackOutput(NamedTuple):
-    """What a stack of layers returns; lists have one entry per layer (hidden_states: L+1)."""
+    """What a stack of layers returns; lists have one entry per layer (hidden_states: L+1).
+
+    Inside ``attnviz.capture.record`` the weights are None: the recorder has the queries and keys instead.
+    """
 
     last: torch.Tensor  # (B, T, D), after the final norm when there is one
     hidden_states: list  # L+1 × (B, T, D): embeddings, then each layer's output
     attentions: list  # L × (B, H, T, T)
-    stats: dict  # name -> (B, L, T) or (B, L, H, T); empty unless asked for
     cross_attentions: list = []  # L × (B, H, Tt, Ts), decoders only
-
-
-def _stack_stats(per_layer: list) -> dict:
-    if not per_layer or per_layer[0] is None:
-        return {}
-    return {k: torch.stack([s[k] for s in per_layer], dim=1) for k in per_layer[0]}  # (B, L, ...)
 
 
 class Embeddings(nn.Module):
@@ -71,11 +67,11 @@ class Embeddings(nn.Module):
         self.segments = nn.Embedding(c.type_vocab_size, c.d_model) if c.type_vocab_size else None
         self.norm = LayerNorm(c.d_model, c.eps) if c.embed_norm else None
         self.dropout = nn.Dropout(c.dropout)
-        self.max_len = c.max_len
+        self.max_len = c.max_len if c.positional == "learned" else None  # sinusoids: any length
 
     def forward(self, ids):
         B, T = ids.shape
-        if T > self.max_len:
+        if self.max_len is not None and T > self.max_len:
             raise ValueError(f"{T} tokens exceed the model's {self.max_len} positions")
         x = self.tokens(ids) + self.positions(T)  # (B, T, D)
         if self.segments is not None:
@@ -96,19 +92,15 @@ class Encoder(nn.Module):
         )
         self.norm = LayerNorm(c.d_model, c.eps) if c.final_norm else None
 
-    def forward(self, x, mask=None, head_mask=None, stats: bool = False, weights_out=None) -> StackOutput:
-        """``mask`` broadcasts to (B, H, T, T); ``head_mask`` is (L, H), 0 removes a head. Layer i writes
-        its attention weights into ``weights_out[i]`` when given (L, B, H, T, T): a trace keeps them
-        all without copying them afterwards (inference only)."""
-        hidden, attns, per_layer = [x], [], []
-        for i, layer in enumerate(self.layers):
-            out = None if weights_out is None else weights_out[i]  # (B, H, T, T)
-            x, w, s = layer(x, mask, None if head_mask is None else head_mask[i], stats, out)
+    def forward(self, x, mask=None) -> StackOutput:
+        """``mask`` broadcasts to (B, H, T, T), True = may attend."""
+        hidden, attns = [x], []
+        for layer in self.layers:
+            x, w = layer(x, mask)
             hidden.append(x)
             attns.append(w)
-            per_layer.append(s)
         last = self.norm(x) if self.norm is not None else x
-        return StackOutput(last, hidden, attns, _stack_stats(per_layer))
+        return StackOutput(last, hidden, attns)
 
 
 class Decoder(nn.Module):
@@ -122,16 +114,15 @@ class Decoder(nn.Module):
         )
         self.norm = LayerNorm(c.d_model, c.eps) if c.final_norm else None
 
-    def forward(self, x, memory, self_mask=None, memory_mask=None, stats: bool = False) -> StackOutput:
-        hidden, attns, cross, per_layer = [x], [], [], []
+    def forward(self, x, memory, self_mask=None, memory_mask=None) -> StackOutput:
+        hidden, attns, cross = [x], [], []
         for layer in self.layers:
-            x, w, cw, s = layer(x, memory, self_mask, memory_mask, stats)
+            x, w, cw = layer(x, memory, self_mask, memory_mask)
             hidden.append(x)
             attns.append(w)
             cross.append(cw)
-            per_layer.append(s)
         last = self.norm(x) if self.norm is not None else x
-        return StackOutput(last, hidden, attns, _stack_stats(per_layer), cross)
+        return StackOutput(last, hidden, attns, cross)
 
 
 def padding_mask(attention_mask):
@@ -148,9 +139,9 @@ class EncoderModel(nn.Module):
         self.embeddings = Embeddings(c)
         self.encoder = Encoder(c)
 
-    def forward(self, ids, attention_mask=None, head_mask=None, stats: bool = False, weights_out=None) -> StackOutput:
-        """ids (B, T), attention_mask (B, T) with 1 for real tokens; ``weights_out`` as in ``Encoder``."""
-        return self.encoder(self.embeddings(ids), padding_mask(attention_mask), head_mask, stats, weights_out)
+    def forward(self, ids, attention_mask=None) -> StackOutput:
+        """ids (B, T), attention_mask (B, T) with 1 for real tokens."""
+        return self.encoder(self.embeddings(ids), padding_mask(attention_mask))
 
 
 class TextClassifier(nn.Module):
@@ -164,9 +155,9 @@ class TextClassifier(nn.Module):
         self.encoder = EncoderModel(c)
         self.classifier = nn.Linear(c.d_model, c.n_classes)
 
-    def forward(self, ids, attention_mask=None, head_mask=None, stats: bool = False):
+    def forward(self, ids, attention_mask=None):
         """ids (B, T) -> (logits (B, n_classes), StackOutput)."""
-        out = self.encoder(ids, attention_mask, head_mask, stats)
+        out = self.encoder(ids, attention_mask)
         keep = torch.ones_like(ids, dtype=out.last.dtype) if attention_mask is None else attention_mask.to(out.last.dtype)
         pooled = (out.last * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)  # (B, D)
         return self.classifier(pooled), out
@@ -183,10 +174,10 @@ class Translator(nn.Module):
         self.decoder = Decoder(c)
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size or c.vocab_size)
 
-    def forward(self, src, tgt, src_mask=None, stats: bool = False):
+    def forward(self, src, tgt, src_mask=None):
         """src (B, Ts), tgt (B, Tt) -> (logits (B, Tt, V), encoder StackOutput, decoder StackOutput)."""
-        enc = self.encoder(src, src_mask, stats=stats)
-        dec = self.decoder(self.tgt_embeddings(tgt), enc.last, memory_mask=padding_mask(src_mask), stats=stats)
+        enc = self.encoder(src, src_mask)
+        dec = self.decoder(self.tgt_embeddings(tgt), enc.last, memory_mask=padding_mask(src_mask))
         return self.generator(dec.last), enc, dec
 
     @torch.no_grad()

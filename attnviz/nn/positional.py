@@ -22,13 +22,15 @@ def sinusoidal_encoding(T: int, D: int) -> torch.Tensor:
 
 
 class SinusoidalPositions(nn.Module):
-    """Adds nothing learnable: returns the fixed encoding for positions 0..T-1."""
+    """Adds nothing learnable: returns the fixed encoding for positions 0..T-1, at any length."""
 
     def __init__(self, max_len: int, d_model: int):
         super().__init__()
         self.register_buffer("table", sinusoidal_encoding(max_len, d_model), persistent=False)
 
     def forward(self, T: int) -> torch.Tensor:
+        if T > len(self.table):  # past the precomputed table: the formula has no limit
+            return sinusoidal_encoding(T, self.table.shape[1]).to(self.table.device)  # (T, D)
         return self.table[:T]  # (T, D)
 
 

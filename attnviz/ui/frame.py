@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import streamlit as st
 
+from attnviz import settings
 from attnviz.backends import DEFAULT_MODEL, list_models, open_model
 from attnviz.backends.common import check_text
 from attnviz.ui import share
@@ -44,9 +45,14 @@ def get_model(key: str):
 # Traces are frozen with read-only arrays, so one cached object can be shared safely between
 # sessions; cache_resource avoids cache_data's copy of ~80 MB per rerun at 512 tokens. Eight
 # entries bound the cache at ~650 MB even when every one is a 512-token MiniLM trace.
+def max_tokens() -> int:
+    """The app's token limit: ATTNVIZ_MAX_TOKENS, else APP_MAX_TOKENS (the library's default is larger)."""
+    return settings.max_tokens(settings.APP_MAX_TOKENS)
+
+
 @st.cache_resource(max_entries=8, show_spinner=False)
-def _cached_trace(key: str, text: str, target: str | None):
-    return get_model(key).trace(text, target)
+def _cached_trace(key: str, text: str, target: str | None, limit: int):
+    return get_model(key).trace(text, target, max_tokens=limit)
 
 
 _session_lock = threading.Lock()
@@ -81,9 +87,9 @@ def get_trace(key: str, text: str, target: str | None = None):
         cache = st.session_state.setdefault("session_traces", {})
         if (key, text, target) not in cache:
             cache.clear()  # one entry: training pages change the model under the same key
-            cache[(key, text, target)] = session_models()[key].trace(text, target)
+            cache[(key, text, target)] = session_models()[key].trace(text, target, max_tokens=max_tokens())
         return cache[(key, text, target)]
-    return _cached_trace(key, text, target)
+    return _cached_trace(key, text, target, max_tokens())
 
 
 def model_options() -> list[str]:
@@ -172,6 +178,8 @@ def status(trace) -> None:
     line = f"**{plain(trace.model)}** · {trace.kind} · {counts} tokens"
     if trace.truncated:
         line += f" · ⚠️ {trace.truncated} tokens cut to fit the model's {stacks[0].n_tokens} positions"
+    if trace.capture == "eager":
+        line += " · eager attention: attnviz cannot capture this model's attention, so it holds every weight"
     st.caption(line)
 
 

@@ -1,8 +1,8 @@
-"""Per-layer norm statistics from a Hugging Face model, read by forward hooks that live for one call.
+"""Per-layer norm statistics of a model (Hugging Face or attnviz's own), read by forward hooks for one call.
 
 ``record(net)`` registers the hooks, the caller runs one forward pass inside the ``with`` block, and the
 hooks are removed on the way out (also when the forward raises), so a model shared by all sessions stays
-clean. Statistics follow ``attnviz.trace.NORM_KEYS`` and the built-in layers' definitions.
+clean. Statistics follow ``attnviz.traces.NORM_KEYS`` and the built-in layers' definitions.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..nn.attention import head_value_norms
+from .nn.attention import head_value_norms
 
 log = logging.getLogger("attnviz")
 
@@ -49,6 +49,11 @@ SPECS = (
          "layer.0.SelfAttention.v", "layer.0.SelfAttention.o"),
     Spec("BART", "self_attn.out_proj", "fc2", "self_attn_layer_norm", "final_layer_norm",
          "self_attn.v_proj", "self_attn.out_proj"),
+    # attnviz's own layers (attnviz.nn): the decoder's feed-forward sublayer is its third.
+    Spec("attnviz", "self_attn.out_proj", "ffn", "sub1.norm", "sub2.norm", "self_attn.v_proj", "self_attn.out_proj",
+         absent="sub3"),
+    Spec("attnviz decoder", "self_attn.out_proj", "ffn", "sub1.norm", "sub3.norm", "self_attn.v_proj",
+         "self_attn.out_proj"),
 )  # fmt: skip
 
 COVERED = ", ".join(s.family for s in SPECS)
@@ -230,3 +235,42 @@ def missing_note(net) -> str:
         "residual-stream norms (from the hidden states) are shown: no LayerNorm, attention- or "
         "feed-forward-output statistics and no norm-based attention."
     )
+
+
+def projections(net, n_layers: int) -> list[torch.nn.Module]:
+    """Each layer's attention output projection (its input: the heads side by side), or a ValueError."""
+    found = stacks(net)
+    if len(found) != 1 or len(found[0].layers) != n_layers:
+        kind = getattr(getattr(net, "config", None), "model_type", type(net).__name__)
+        raise ValueError(
+            f"Head ablation does not know where {kind} keeps its attention output projections; "
+            "it supports BERT-, DistilBERT-, GPT-2-, Llama- and BART-style encoders and causal LMs."
+        )
+    stack = found[0]
+    return [layer.get_submodule(stack.spec.out_proj) for layer in stack.layers]
+
+
+@contextmanager
+def heads_masked(projs: list[torch.nn.Module], head_mask: np.ndarray):
+    """Scale each head's slice of the output projections' input by ``head_mask`` (L, H) for the calls
+    inside the block; the hooks are removed on exit, whatever happens."""
+    mask = torch.as_tensor(np.asarray(head_mask), dtype=torch.float32)
+    H = mask.shape[1]
+
+    def hook_for(m: torch.Tensor):
+        def scale(module, args):
+            x = args[0]
+            Dh = x.shape[-1] // H
+            return (x * m.to(x).repeat_interleave(Dh), *args[1:])  # (B, T, H·Dh) × (H·Dh,)
+
+        return scale
+
+    handles = []
+    try:
+        for proj, m in zip(projs, mask):
+            if not bool((m == 1).all()):
+                handles.append(proj.register_forward_pre_hook(hook_for(m)))
+        yield
+    finally:
+        for h in handles:
+            h.remove()

@@ -1,0 +1,279 @@
+"""One stack's attention weights: held dense, or computed exactly on demand from captured queries and keys.
+
+A model run records, per layer, the queries and keys as its attention function saw them (after rotary
+embeddings; grouped-query keys before repetition), the scaling, and a recipe for the mask. Any head's
+weights are then softmax(q kᵀ · scaling + mask) again, tile by tile: a 16,384-token text costs what the
+forward costs plus what a view asks for, never L·H·T² floats.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import settings
+
+TILE_FLOATS = 1 << 22  # one tile of scores: 4 M floats (16 MB), whatever the length
+
+
+@dataclass(frozen=True, eq=False)
+class LayerQK:
+    """What one attention layer needs to give its weights again.
+
+    A key j is hidden from query i when ``causal`` and j > p, or with a ``window`` when p − j ≥ window, where
+    p = i + Tk − Tq is the query's position among the keys (p = i without a cache). ``bias`` adds a value per
+    head and offset j − i (T5's relative bias); ``mask`` adds anything else, dense (its size is the model's
+    own: a model that builds such a mask has already paid for it).
+    """
+
+    q: torch.Tensor  # (H, Tq, Dh)
+    k: torch.Tensor  # (Hkv, Tk, Dh): H/Hkv query heads share each key head
+    scaling: float
+    softcap: float | None = None  # logits become softcap · tanh(logits / softcap) before the mask (Gemma 2)
+    causal: bool = False
+    window: int | None = None
+    bias: torch.Tensor | None = None  # (1 or H, Tq + Tk − 1): entry j − i + Tq − 1 is added to (i, j)
+    mask: torch.Tensor | None = None  # (1 or H, Tq, Tk) additive, or bool (True: may attend)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.q.shape[0], self.q.shape[1], self.k.shape[1]  # H, Tq, Tk
+
+    @property
+    def nbytes(self) -> int:
+        parts = (self.q, self.k, self.bias, self.mask)
+        return sum(t.element_size() * t.nelement() for t in parts if t is not None)
+
+    def weights(self, heads, start: int, stop: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Exact float32 weights of query rows ``start:stop`` for the heads in ``heads`` (a list): (h, rows, Tk),
+        written into ``out`` when given.
+
+        Rows sum to 1 over the keys a query may see; hidden keys get 0, and a row that sees none is all 0.
+        Only the band of keys some row of the tile may see is computed (half the work for a causal model).
+        """
+        H, Tq, Tk = self.shape
+        heads = torch.as_tensor(heads, dtype=torch.long)
+        p = torch.arange(start, stop)[:, None] + (Tk - Tq)  # (rows, 1) the queries' positions among the keys
+        lo = max(0, start + Tk - Tq - self.window + 1) if self.window is not None else 0
+        hi = min(Tk, stop + Tk - Tq) if self.causal else Tk
+        j = torch.arange(lo, hi)[None, :]  # (1, band) the keys computed
+        q = self.q[heads, start:stop].float() * self.scaling  # (h, rows, Dh)
+        k = self.k[heads // (H // self.k.shape[0]), lo:hi].float()  # (h, band, Dh)
+        scores = q @ k.transpose(-2, -1)  # (h, rows, band)
+        if self.softcap is not None:
+            scores = torch.tanh(scores.div_(self.softcap)).mul_(self.softcap)
+        if self.bias is not None:
+            scores += self._per_head(self.bias, heads)[:, j - p + (Tk - 1)]  # by offset j − i (i = p − Tk + Tq)
+        hidden = None
+        if self.causal:
+            hidden = j > p  # (rows, band)
+        if self.window is not None:
+            far = p - j >= self.window
+            hidden = far if hidden is None else hidden | far
+        if self.mask is not None:
+            m = self._per_head(self.mask, heads)[:, start:stop, lo:hi]  # (h, rows, band)
+            if m.dtype == torch.bool:
+                hidden = ~m if hidden is None else hidden | ~m
+            else:
+                scores += m.float()
+        if hidden is not None:
+            scores.masked_fill_(hidden, float("-inf"))
+        if out is None:
+            out = torch.empty(len(heads), stop - start, Tk)
+        out[..., :lo] = 0
+        out[..., hi:] = 0
+        band = torch.softmax(scores, dim=-1, out=out[..., lo:hi])
+        if self.mask is not None:
+            band.nan_to_num_(0.0)  # a row that sees no key: 0, not NaN
+        return out
+
+    @staticmethod
+    def _per_head(t: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        return t if t.shape[0] == 1 else t[heads]
+
+    def output(self, v: torch.Tensor) -> torch.Tensor:
+        """The attention output for values ``v`` (Hkv, Tk, Dv) with these weights, tile by tile: (H, Tq, Dv)."""
+        H, Tq, Tk = self.shape
+        v = v[torch.arange(H) // (H // v.shape[0])]  # (H, Tk, Dv)
+        out = torch.empty(H, Tq, v.shape[-1], dtype=v.dtype)
+        rows = max(1, TILE_FLOATS // (H * Tk))
+        for a in range(0, Tq, rows):
+            b = min(a + rows, Tq)
+            out[:, a:b] = (self.weights(list(range(H)), a, b) @ v.float()).to(v.dtype)  # (H, rows, Dv)
+        return out
+
+
+def frozen(a, dtype=None) -> np.ndarray:
+    """A read-only array of ``dtype``. One that already is read-only is adopted without a copy: whoever
+    made it read-only gave it up (the backends do, to spare a copy); any other is copied, so the caller's
+    later writes never reach the trace."""
+    if isinstance(a, np.ndarray) and not a.flags.writeable and (dtype is None or a.dtype == dtype):
+        return a
+    a = np.array(a, dtype=dtype, copy=True)
+    a.setflags(write=False)
+    return a
+
+
+def _pool_bounds(n: int, size: int) -> np.ndarray:
+    """Start indices of min(size, n) nearly equal blocks over n positions."""
+    return np.linspace(0, n, min(size, n) + 1).astype(np.int64)[:-1]
+
+
+def _reduce_blocks(w: np.ndarray, starts: np.ndarray, axis: int, how: str) -> np.ndarray:
+    """Max or mean of ``w`` over the blocks beginning at ``starts`` along ``axis``."""
+    if how == "max":
+        return np.maximum.reduceat(w, starts, axis=axis)
+    sums = np.add.reduceat(w, starts, axis=axis)
+    sizes = np.diff(np.append(starts, w.shape[axis])).astype(w.dtype)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    return sums / sizes.reshape(shape)
+
+
+class Weights:
+    """One stack's attention weights, (L, H, Tq, Tk) float32: ``rows`` gives any tile of any head exactly."""
+
+    shape: tuple[int, int, int, int]
+
+    def tile(self, layer: int, heads: list, start: int, stop: int) -> np.ndarray:
+        """(len(heads), stop − start, Tk) float32."""
+        raise NotImplementedError
+
+    def tile_into(self, out: np.ndarray, layer: int, heads: list, start: int, stop: int) -> None:
+        """``tile`` written into ``out`` (len(heads), stop − start, Tk)."""
+        out[...] = self.tile(layer, heads, start, stop)
+
+    @property
+    def nbytes(self) -> int:
+        raise NotImplementedError
+
+    def rows_per_tile(self, n_heads: int = 1) -> int:
+        return max(1, TILE_FLOATS // (n_heads * self.shape[3]))
+
+    def head(self, layer: int, head: int | None) -> np.ndarray:
+        """(Tq, Tk): one head, or the mean of the layer's heads when ``head`` is None."""
+        _, H, Tq, Tk = self.shape
+        heads = list(range(H)) if head is None else [head]
+        out = np.empty((Tq, Tk), np.float32)
+        step = self.rows_per_tile(len(heads))
+        for a in range(0, Tq, step):
+            b = min(a + step, Tq)
+            if head is not None:
+                self.tile_into(out[None, a:b], layer, heads, a, b)  # straight into the result
+            else:
+                out[a:b] = self.tile(layer, heads, a, b).mean(0)
+        return out
+
+    def received(self, layer: int, head: int | None) -> np.ndarray:
+        """(Tk,): the weight each key receives, summed over the queries (float64)."""
+        _, H, Tq, Tk = self.shape
+        heads = list(range(H)) if head is None else [head]
+        total = np.zeros(Tk)
+        step = self.rows_per_tile(len(heads))
+        for a in range(0, Tq, step):
+            total += self.tile(layer, heads, a, min(a + step, Tq)).mean(0).sum(0, dtype=np.float64)
+        return total
+
+    def pooled(self, size: int, reduce: str = "max") -> np.ndarray:
+        """(L, H, s_q, s_k): every head pooled to at most size × size blocks (block max or mean), tile by tile."""
+        if reduce not in ("max", "mean"):
+            raise ValueError(f"reduce must be 'max' or 'mean', not {reduce!r}")
+        if size < 1:
+            raise ValueError(f"the pooled size must be at least 1, not {size}")
+        L, H, Tq, Tk = self.shape
+        q_starts, k_starts = _pool_bounds(Tq, size), _pool_bounds(Tk, size)
+        q_ends = np.append(q_starts[1:], Tq)
+        out = np.empty((L, H, len(q_starts), len(k_starts)), np.float32)
+        step = self.rows_per_tile(H)
+        for layer in range(L):
+            block = 0
+            while block < len(q_starts):  # whole row blocks per tile, as many as fit
+                last = max(block, int(np.searchsorted(q_ends, q_starts[block] + step, side="right")) - 1)
+                a, b = q_starts[block], q_ends[last]
+                w = self.tile(layer, list(range(H)), a, b)  # (H, rows, Tk)
+                w = _reduce_blocks(w, k_starts, 2, reduce)  # (H, rows, s_k)
+                out[layer, :, block:last + 1] = _reduce_blocks(w, q_starts[block:last + 1] - a, 1, reduce)
+                block = last + 1
+        return out
+
+    def dense(self) -> np.ndarray:
+        """(L, H, Tq, Tk), every weight, read-only; a ValueError naming ``head`` past ATTNVIZ_MAX_DENSE_MB."""
+        L, H, Tq, Tk = self.shape
+        mb, limit = L * H * Tq * Tk * 4 / 2**20, settings.max_dense_mb()
+        if mb > limit:
+            raise ValueError(
+                f"All {L}×{H} heads of {Tq:,}×{Tk:,} tokens would take {mb:,.0f} MB, over the {limit:,.0f} MB "
+                "limit (ATTNVIZ_MAX_DENSE_MB): read heads one at a time with trace.head(layer, head), or "
+                "trace.pooled(size) for an overview."
+            )
+        out = np.empty(self.shape, np.float32)
+        step = self.rows_per_tile(H)
+        for layer in range(L):
+            for a in range(0, Tq, step):
+                b = min(a + step, Tq)
+                self.tile_into(out[layer, :, a:b], layer, list(range(H)), a, b)
+        out.setflags(write=False)
+        return out
+
+
+class DenseWeights(Weights):
+    """Weights held as one read-only (L, H, Tq, Tk) array: an eager model's own, or a file's."""
+
+    def __init__(self, array):
+        self.array = frozen(array, np.float32)  # (L, H, Tq, Tk)
+        self.shape = self.array.shape
+
+    def tile(self, layer, heads, start, stop):
+        return self.array[layer, heads, start:stop]
+
+    def head(self, layer, head):
+        return self.array[layer].mean(0) if head is None else self.array[layer, head]
+
+    def dense(self):
+        return self.array
+
+    @property
+    def nbytes(self) -> int:
+        return self.array.nbytes
+
+    def __reduce__(self):
+        return DenseWeights, (self.array,)
+
+
+class OnDemandWeights(Weights):
+    """Weights computed when asked from each layer's captured queries and keys (a list of LayerQK)."""
+
+    def __init__(self, layers: list[LayerQK]):
+        if not layers:
+            raise ValueError("on-demand weights need at least one layer")
+        shapes = {layer.shape for layer in layers}
+        if len(shapes) != 1:
+            raise ValueError(f"every layer must have the same heads and positions, got {sorted(shapes)}")
+        self.layers = tuple(layers)
+        self.shape = (len(layers), *shapes.pop())
+        self._dense, self._lock = None, threading.Lock()
+
+    def tile(self, layer, heads, start, stop):
+        with torch.inference_mode():
+            return self.layers[layer].weights(heads, start, stop).numpy()
+
+    def tile_into(self, out, layer, heads, start, stop):
+        with torch.inference_mode():
+            self.layers[layer].weights(heads, start, stop, out=torch.from_numpy(out))
+
+    def dense(self):
+        """Every weight, computed once and kept (pages of a short text read them all)."""
+        with self._lock:
+            if self._dense is None:
+                self._dense = super().dense()
+            return self._dense
+
+    @property
+    def nbytes(self) -> int:
+        return sum(layer.nbytes for layer in self.layers) + (0 if self._dense is None else self._dense.nbytes)
+
+    def __reduce__(self):
+        return OnDemandWeights, (list(self.layers),)
