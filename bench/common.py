@@ -61,6 +61,28 @@ def text_of(tok, n_tokens: int, variant: int = 0) -> str:
     raise ValueError(f"could not make a text of {n_tokens} tokens")
 
 
+def builtin_bare(net):
+    """``ids -> None``: an attnviz net's forward at SDPA speed, keeping nothing: the path a trace takes
+    (``nn.attention.attend`` under a recorder) with a recorder that drops what it is handed."""
+    import torch
+
+    from attnviz.nn.attention import RECORDER
+
+    class Discard:
+        def attention(self, module, layer):
+            pass
+
+    def run(ids):
+        token = RECORDER.set(Discard())
+        try:
+            with torch.inference_mode():
+                net(ids)
+        finally:
+            RECORDER.reset(token)
+
+    return run
+
+
 def timeit(fn, repeat: int, warmup: int = 1) -> dict:
     """Median (and min, max) wall seconds of ``fn()`` over ``repeat`` runs after ``warmup`` runs."""
     return compare({"fn": fn}, repeat, warmup)["fn"]

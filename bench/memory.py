@@ -42,7 +42,7 @@ def child(key: str, n: int) -> dict:
     steps["traced"] = peak()
     return {"model": key, "tokens": trace.n_tokens, "peak_rss": steps, "rss_after": current(),
             "trace_nbytes": trace.nbytes,
-            "trace_parts": {"attentions": trace.attentions.nbytes, "hidden_states": trace.hidden_states.nbytes,
+            "trace_parts": {"attentions": trace.weights.nbytes, "hidden_states": trace.hidden_states.nbytes,
                             "norms": sum(v.nbytes for v in trace.norms.values())}}
 
 
@@ -76,7 +76,7 @@ def report(result: dict) -> str:
                      mb(r["trace_parts"]["attentions"])])
     return table(f"Memory, one fresh process per model, {N_TOKENS} tokens (MB)", [
         "model", "tokens", "peak RSS after imports", "after loading", "after tracing", "tracing adds",
-        "trace bytes", "of which attentions"], rows)
+        "trace bytes", "of which attention (queries and keys)"], rows)
 
 
 if __name__ == "__main__":

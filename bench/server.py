@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from common import LENGTHS, compare, conditions, ms, quick, ratio, repeats, save, table, text_of, timeit, tokenizer
+from common import LENGTHS, builtin_bare, compare, conditions, ms, quick, ratio, repeats, save, table, text_of, timeit, tokenizer
 from pagefigs import page_figures, payload
 
 import attnviz
@@ -26,31 +26,24 @@ def short(key: str) -> str:
 
 
 def bare_forward(key: str, backend):
-    """``ids -> None``: the model's forward alone, eager, without the trace's extra outputs."""
+    """``ids -> None``: the model's forward alone at SDPA speed, without the trace's extra outputs."""
     if key.startswith("builtin:"):
-        net = backend.net
-        return lambda ids: net(ids, stats=False)
-    net = hf_model(backend)
+        return builtin_bare(backend.net)
+    from transformers import AutoModel
+
+    net = AutoModel.from_pretrained(minilm_path(), attn_implementation="sdpa").eval()
     return lambda ids: net(input_ids=ids, output_attentions=False, output_hidden_states=False)
 
 
 def weights_forward(key: str, backend):
-    """``ids -> outputs``: the least any tool runs to get the attention weights: for transformers, the
-    forward with ``output_attentions`` and ``output_hidden_states``; the built-in forward returns them anyway."""
+    """``ids -> outputs``: the least any other tool runs to get the attention weights: transformers' eager
+    forward with ``output_attentions`` and ``output_hidden_states`` (None for the built-in models)."""
     if key.startswith("builtin:"):
         return None
-    net = hf_model(backend)
-    return lambda ids: net(input_ids=ids, output_attentions=True, output_hidden_states=True)
-
-
-def hf_model(backend):
-    """The backend's own transformers model (eager attention), or one loaded the same way."""
-    net = getattr(backend, "net", None) or getattr(backend, "model", None)
-    if isinstance(net, torch.nn.Module):
-        return net
     from transformers import AutoModel
 
-    return AutoModel.from_pretrained(minilm_path(), attn_implementation="eager").eval()
+    net = AutoModel.from_pretrained(minilm_path(), attn_implementation="eager").eval()
+    return lambda ids: net(input_ids=ids, output_attentions=True, output_hidden_states=True)
 
 
 def _inference(fn, ids):
@@ -99,7 +92,7 @@ def builtin_vs_hf(tok) -> list[dict]:
         r = 4 * repeats(n)  # a ratio that is tested against 1.00: enough runs for the median to settle
         with torch.inference_mode():
             runs = {
-                "builtin": lambda: ours(ids),  # returns its attentions and hidden states anyway
+                "builtin": lambda: ours(ids),  # eager: returns its attentions and hidden states
                 "hf_bare": lambda: theirs(input_ids=ids),
                 "hf_with_outputs": lambda: theirs(input_ids=ids, output_attentions=True, output_hidden_states=True),
             }
