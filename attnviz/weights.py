@@ -134,7 +134,7 @@ def _reduce_blocks(w: np.ndarray, starts: np.ndarray, axis: int, how: str) -> np
 
 
 class Weights:
-    """One stack's attention weights, (L, H, Tq, Tk) float32: ``rows`` gives any tile of any head exactly."""
+    """One stack's attention weights, (L, H, Tq, Tk) float32: ``tile`` gives any rows of any heads exactly."""
 
     shape: tuple[int, int, int, int]
 

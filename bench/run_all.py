@@ -18,7 +18,7 @@ from common import MB, OUT, ROOT, conditions, mb, save, table
 from server import short
 
 # In order: payload writes bertviz's HTML that browser opens.
-SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "analysis_speed"]
+SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "analysis_speed", "on_demand"]
 MINILM = "builtin:minilm"
 
 
@@ -70,6 +70,30 @@ def targets() -> list[list]:
     minilm = next((r for r in (memory or {}).get("rows", []) if r.get("model") == MINILM and "error" not in r), None)
     add("trace bytes at 512 tokens, builtin:minilm", minilm and minilm["trace_nbytes"], 150 * MB,
         lambda v: v <= 150 * MB, lambda v: f"{mb(v)} MB")
+
+    ratio = lambda v: f"{v:.2f}×"  # noqa: E731
+    for r in (load("on_demand") or {}).get("speed", []):
+        if "ratio" not in r:
+            continue
+        limit = 1.15 if r["tokens"] <= 512 else 1.2
+        add(f"trace / bare SDPA forward at {r['tokens']:,}, {short(r['model'])}", r["ratio"], limit,
+            lambda v, lim=limit: v <= lim, ratio)
+        if "pooled_ratio" in r:
+            add(f"pooled(256) of every head / forward at {r['tokens']:,}, {short(r['model'])}", r["pooled_ratio"],
+                2.0, lambda v: v <= 2.0, ratio)
+    mem = (load("on_demand") or {}).get("memory", {})
+    eager, ours = mem.get("llama 4096 eager", {}), mem.get("llama 4096 trace", {})
+    if "peak" in eager and "peak" in ours:
+        share = (ours["peak"] - ours["loaded"]) / max(1, eager["peak"] - eager["loaded"])
+        add("memory a 4,096-token trace adds / what eager attention adds", share, 0.05, lambda v: v <= 0.05,
+            lambda v: f"{v:.1%}")
+    for name in ("llama 16384 trace", "seed 16384 trace"):
+        r = mem.get(name, {})
+        if "head_s" in r:
+            add(f"one head at {r['tokens']:,} tokens ({name.split()[0]})", r["head_s"], 2.0, lambda v: v <= 2.0,
+                lambda v: f"{v:.2f} s")
+            add(f"peak RSS tracing {r['tokens']:,} tokens ({name.split()[0]})", r["peak"], 24 * 2**30,
+                lambda v: v <= 24 * 2**30, lambda v: f"{v / 2**30:.1f} GB")
     return rows
 
 
