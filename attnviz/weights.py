@@ -117,20 +117,19 @@ def frozen(a, dtype=None) -> np.ndarray:
     return a
 
 
-def _pool_bounds(n: int, size: int) -> np.ndarray:
-    """Start indices of min(size, n) nearly equal blocks over n positions."""
-    return np.linspace(0, n, min(size, n) + 1).astype(np.int64)[:-1]
-
-
-def _reduce_blocks(w: np.ndarray, starts: np.ndarray, axis: int, how: str) -> np.ndarray:
-    """Max or mean of ``w`` over the blocks beginning at ``starts`` along ``axis``."""
+def _pool_last(w: torch.Tensor, block: int, how: str) -> torch.Tensor:
+    """Max or mean over consecutive blocks of ``block`` entries along the last dimension (the last one may be
+    shorter): (..., n) -> (..., ceil(n / block))."""
+    n = w.shape[-1]
+    pad = -n % block
+    if pad:
+        w = torch.nn.functional.pad(w, (0, pad), value=float("-inf") if how == "max" else 0.0)
+    w = w.unflatten(-1, (-1, block))  # (..., blocks, block)
     if how == "max":
-        return np.maximum.reduceat(w, starts, axis=axis)
-    sums = np.add.reduceat(w, starts, axis=axis)
-    sizes = np.diff(np.append(starts, w.shape[axis])).astype(w.dtype)
-    shape = [1] * w.ndim
-    shape[axis] = -1
-    return sums / sizes.reshape(shape)
+        return w.amax(-1)
+    sizes = torch.full((w.shape[-2],), float(block))
+    sizes[-1] = block - pad
+    return w.sum(-1) / sizes
 
 
 class Weights:
@@ -178,26 +177,28 @@ class Weights:
         return total
 
     def pooled(self, size: int, reduce: str = "max") -> np.ndarray:
-        """(L, H, s_q, s_k): every head pooled to at most size × size blocks (block max or mean), tile by tile."""
+        """(L, H, s_q, s_k): every head pooled to at most size × size blocks of ceil(T / size) positions
+        (the last block may be shorter), by block max or mean; tile by tile, whole row blocks per tile."""
         if reduce not in ("max", "mean"):
             raise ValueError(f"reduce must be 'max' or 'mean', not {reduce!r}")
         if size < 1:
             raise ValueError(f"the pooled size must be at least 1, not {size}")
         L, H, Tq, Tk = self.shape
-        q_starts, k_starts = _pool_bounds(Tq, size), _pool_bounds(Tk, size)
-        q_ends = np.append(q_starts[1:], Tq)
-        out = np.empty((L, H, len(q_starts), len(k_starts)), np.float32)
-        step = self.rows_per_tile(H)
-        for layer in range(L):
-            block = 0
-            while block < len(q_starts):  # whole row blocks per tile, as many as fit
-                last = max(block, int(np.searchsorted(q_ends, q_starts[block] + step, side="right")) - 1)
-                a, b = q_starts[block], q_ends[last]
-                w = self.tile(layer, list(range(H)), a, b)  # (H, rows, Tk)
-                w = _reduce_blocks(w, k_starts, 2, reduce)  # (H, rows, s_k)
-                out[layer, :, block:last + 1] = _reduce_blocks(w, q_starts[block:last + 1] - a, 1, reduce)
-                block = last + 1
-        return out
+        bq, bk = -(-Tq // size), -(-Tk // size)  # block sizes
+        out = torch.empty(L, H, -(-Tq // bq), -(-Tk // bk))
+        step = max(bq, self.rows_per_tile(H) // bq * bq)
+        with torch.inference_mode():
+            for layer in range(L):
+                for a in range(0, Tq, step):
+                    w = self._tensor(layer, list(range(H)), a, min(a + step, Tq))  # (H, rows, Tk)
+                    w = _pool_last(w, bk, reduce)  # (H, rows, s_k)
+                    w = _pool_last(w.transpose(1, 2), bq, reduce).transpose(1, 2)  # (H, rows / bq, s_k)
+                    out[layer, :, a // bq: a // bq + w.shape[1]] = w
+        return out.numpy()
+
+    def _tensor(self, layer: int, heads: list, start: int, stop: int) -> torch.Tensor:
+        """``tile`` as a torch tensor."""
+        return torch.from_numpy(np.array(self.tile(layer, heads, start, stop)))
 
     def dense(self) -> np.ndarray:
         """(L, H, Tq, Tk), every weight, read-only; a ValueError naming ``head`` past ATTNVIZ_MAX_DENSE_MB."""
@@ -259,6 +260,9 @@ class OnDemandWeights(Weights):
     def tile(self, layer, heads, start, stop):
         with torch.inference_mode():
             return self.layers[layer].weights(heads, start, stop).numpy()
+
+    def _tensor(self, layer, heads, start, stop):
+        return self.layers[layer].weights(heads, start, stop)
 
     def tile_into(self, out, layer, heads, start, stop):
         with torch.inference_mode():

@@ -319,10 +319,14 @@ class HFModel(TorchBackend):
         self.capture = capture
 
     def _forward(self, **ids):
-        """One recorded forward pass over batch-of-one token ids -> (outputs with every hidden state, recorder)."""
+        """One recorded forward pass over batch-of-one token ids -> (outputs with every hidden state, recorder).
+
+        A causal LM runs its base model without a cache: its logits (T × vocabulary floats, 500 MB at 4,096
+        tokens for a 30k vocabulary) and its key/value cache are nothing a trace shows."""
         inputs = {k: torch.tensor([v], device=self.device) for k, v in ids.items()}  # (1, T)
+        net, extra = (self.net.base_model, {"use_cache": False}) if self.kind == "decoder" else (self.net, {})
         with record(self.net) as rec:
-            out = self.net(**inputs, output_attentions=self.capture == "eager", output_hidden_states=True)
+            out = net(**inputs, **extra, output_attentions=self.capture == "eager", output_hidden_states=True)
         return out, rec
 
     def _weights(self, rec, attentions, side: str, n_layers: int):
