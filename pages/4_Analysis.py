@@ -11,6 +11,7 @@ from attnviz.analysis.rollout import FLOW, ROLLOUT
 from attnviz.figures.analysis import DIVERGING, head_map, relevance_html, relevance_map
 from attnviz.tokens import labels
 from attnviz.ui.frame import frame
+from attnviz.ui.share import plain
 
 f = frame("Analysis")
 st.title("Analysis")
@@ -74,7 +75,7 @@ else:
     with st.spinner(f"Computing {L * T} max-flows…"):
         relevance = kept("flow", trace, target, lambda: attention_flow(trace.attentions, target))
 if relevance is not None:
-    st.markdown(f"How much of **{names[target]}** after layer {layer} comes from each input token "
+    st.markdown(f"How much of **{plain(names[target])}** after layer {layer} comes from each input token "
                 "(shade: relative to the largest):")
     st.html(relevance_html(names, relevance[layer]))
     st.plotly_chart(relevance_map(relevance, names, f"{method} into {names[target]}, every layer", method),
@@ -86,7 +87,7 @@ st.caption(f"Remove one head at a time (its output zeroed before the output proj
 try:
     measure = probe(f.model, f.text).measure
 except ValueError as e:
-    st.info(f"{e} Ablation works for the built-in encoders and classifier, and for Hugging Face BERT-, "
+    st.info(f"{plain(e)} Ablation works for the built-in encoders and classifier, and for Hugging Face BERT-, "
             "DistilBERT-, GPT-2- and Llama-style encoders and causal LMs.")
 else:
     st.markdown(f"Importance of a head = **{MEASURES[measure]}**.")

@@ -8,6 +8,7 @@ from attnviz.tasks import TASKS
 from attnviz.tokens import labels
 from attnviz.train import TrainConfig, train
 from attnviz.ui.frame import frame, register_session_model, session_models
+from attnviz.ui.share import code, plain
 
 TITLES = {
     "classifier": "Sentiment classifier: a cue word, maybe negated, decides positive or negative",
@@ -29,10 +30,10 @@ def show_probe(model, text: str, chart_key: str) -> None:
     try:
         trace = model.trace(text)
     except ValueError as e:
-        st.error(str(e))
+        st.error(plain(e))
         return
     if trace.kind == "encoder-decoder":
-        st.markdown(f"Greedy translation: `{model.translate(text)}`")
+        st.markdown(f"Greedy translation: {code(model.translate(text))}")
         attn, rows, cols = trace.cross_attentions[-1].mean(0), trace.decoder.tokens, trace.encoder.tokens
         title = "Cross-attention, last layer, mean of heads: row i is the query that writes the next token."
     else:

@@ -1,5 +1,6 @@
 """Compare: the same layer and head for two texts or two models, side by side, and their difference."""
 
+import html
 import logging
 
 import numpy as np
@@ -11,6 +12,7 @@ from attnviz.figures.analysis import difference_map
 from attnviz.figures.attention import attention_heatmap
 from attnviz.tokens import labels
 from attnviz.ui import share
+from attnviz.ui.share import plain
 from attnviz.ui.frame import frame, get_trace, layer_head, model_options
 
 log = logging.getLogger("attnviz")
@@ -30,11 +32,11 @@ try:
     share.check_allowed(key_b, model_options())
     trace_b = get_trace(key_b, check_text(text_b))
 except ValueError as e:
-    st.error(f"B: {e}")
+    st.error(plain(f"B: {e}"))
     st.stop()
 except Exception as e:  # a fault in a model or library: say so plainly, keep the page alive
     log.exception("trace failed for %s", key_b)
-    st.error(f"Could not run {key_b}: {type(e).__name__}: {e}")
+    st.error(plain(f"Could not run {key_b}: {type(e).__name__}: {e}"))
     st.stop()
 if (key_b, text_b) == (f.key, f.text):
     st.info("B is the same as A: enter another text or choose another model for B.")
@@ -60,7 +62,7 @@ def weights(t) -> np.ndarray:
 def heatmap(name: str, t):
     names = labels(t.tokens)
     masked = np.triu(np.ones((t.n_tokens, t.n_tokens), bool), 1) if t.kind == "decoder" else None
-    return attention_heatmap(weights(t), names, names, f"{name}: {t.model}, {where}", masked=masked)
+    return attention_heatmap(weights(t), names, names, f"{name}: {html.escape(t.model, quote=False)}, {where}", masked=masked)
 
 
 left, right = st.columns(2)

@@ -7,7 +7,6 @@ Widget keys ``model``, ``text``, ``layer`` and ``head`` are bound to the URL's q
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from typing import NamedTuple
 
@@ -16,6 +15,7 @@ import streamlit as st
 from attnviz.backends import DEFAULT_MODEL, list_models, open_model
 from attnviz.backends.common import check_text
 from attnviz.ui import share
+from attnviz.ui.share import plain
 
 log = logging.getLogger("attnviz")
 
@@ -50,14 +50,6 @@ def _cached_trace(key: str, text: str, target: str | None):
 
 
 _session_lock = threading.Lock()
-_MARKDOWN = re.compile(r"([\\`*_\[\]<>|~$])")  # what makes links, emphasis, code, HTML or LaTeX
-
-
-def plain(message: str) -> str:
-    """``message`` shown as typed in Streamlit's Markdown: a model name cannot become a link or markup."""
-    return _MARKDOWN.sub(r"\\\1", message)
-
-
 def session_models() -> dict:
     """Models that exist for this session only (trained on the Train page): key -> backend."""
     with _session_lock:

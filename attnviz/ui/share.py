@@ -61,6 +61,27 @@ def check_allowed(key: str, options: list[str]) -> None:
         raise ValueError(f"Model {code(key)} is not offered here; choose one of: {', '.join(options)}.")
 
 
+# What makes links, emphasis, code, HTML, LaTeX or Streamlit's :colour[…] directives in Markdown.
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>|~$#])")
+# What GitHub-flavoured Markdown turns into a link by itself, even with every character escaped: a URL
+# with a scheme, a "www." address, an e-mail address. These go into a code span instead.
+_AUTOLINK = re.compile(r"(?i)(?:\b[a-z][a-z0-9+.-]*://|\bwww\.)[^\s'\"<>`]*[^\s'\"<>`.,;:!?)]"
+                       r"|[-.\w+]+@[-\w]+(?:\.[-\w]+)+")
+
+
+def plain(message) -> str:
+    """``message`` shown as typed in Streamlit's Markdown (st.error, st.warning, st.markdown, captions).
+
+    The one way text from a visitor, a link or an exception reaches a message: nothing in it can become
+    a link, an image, markup or formatting.
+    """
+    text, out, at = str(message), [], 0
+    for m in _AUTOLINK.finditer(text):
+        out += [_MARKDOWN.sub(r"\\\1", text[at:m.start()]), code(m.group())]
+        at = m.end()
+    return "".join(out + [_MARKDOWN.sub(r"\\\1", text[at:])])
+
+
 def code(value) -> str:
     """``value`` safe in Markdown: as is when it is a plain word or number (``99``, ``no-such-model``),
     else a code span, so whatever a crafted link holds shows as typed, never as a link, an image or
