@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import streamlit as st
 
-from attnviz.backends import DEFAULT_MODEL, list_models, open_model
+from attnviz.backends import DEFAULT_MODEL, list_models, normalise, open_model
 from attnviz.backends.common import check_text
 from attnviz.ui import share
 from attnviz.ui.share import plain
@@ -35,9 +35,16 @@ class Frame(NamedTuple):
     trace: object  # AttentionTrace or Seq2SeqTrace
 
 
-@st.cache_resource(max_entries=4, show_spinner=False)
 def get_model(key: str):
-    """A loaded model shared by all sessions (stateless; each backend serialises use with its lock)."""
+    """A loaded model shared by all sessions (stateless; each backend serialises use with its lock).
+
+    Keys are normalised first: a whitespace-padded key must not load a second copy and evict others.
+    """
+    return _cached_model(normalise(key))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _cached_model(key: str):
     return open_model(key)
 
 
@@ -75,7 +82,7 @@ def get_trace(key: str, text: str, target: str | None = None):
             cache.clear()  # one entry: training pages change the model under the same key
             cache[(key, text, target)] = session_models()[key].trace(text, target)
         return cache[(key, text, target)]
-    return _cached_trace(key, text, target)
+    return _cached_trace(normalise(key), text, target)
 
 
 def model_options() -> list[str]:
