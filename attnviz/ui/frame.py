@@ -74,6 +74,19 @@ def resolve(key: str):
     return session_models().get(key) or get_model(key)
 
 
+def offered(key: str):
+    """``resolve`` for a key a visitor gave: refused unless offered; in public mode the reason a model
+    could not be opened stays in the server log."""
+    share.check_allowed(key, model_options())
+    try:
+        return resolve(key)
+    except Exception as e:
+        if not share.public():
+            raise
+        log.warning("could not open %r", key, exc_info=True)
+        raise ValueError(share.open_failed(key, e)) from None
+
+
 def get_trace(key: str, text: str, target: str | None = None):
     """The trace of ``text`` under model ``key``, cached; session models are cached per session."""
     if key in session_models():
@@ -103,9 +116,10 @@ def sidebar() -> tuple[str, str]:
             "Model",
             model_options(),
             key="model",
-            accept_new_options=share.allowed_models() is None,
+            accept_new_options=not share.locked(),
             bind="query-params",
-            help="A built-in model, or type a Hugging Face id (hf:gpt2) or a local folder and press Enter.",
+            help="The models this demo offers." if share.locked() else
+                 "A built-in model, or type a Hugging Face id (hf:gpt2) or a local folder and press Enter.",
         )
         st.selectbox("Sample text", list(SAMPLES), index=None, key="sample", on_change=_use_sample,
                      placeholder="Choose a sample…")
@@ -146,19 +160,19 @@ def frame(title: str) -> Frame:
     carry_over(title)
     key, text = sidebar()
     remember("model", "text")
-    share.check_link(key, model_options()[0], resolve)
+    share.check_link(key, model_options()[0], offered)
     try:
         share.check_allowed(key, model_options())
         text = check_text(text)
         with st.spinner(f"Loading {key} and computing attention…"):
-            model = resolve(key)
+            model = offered(key)
             trace = get_trace(key, text)
     except ValueError as e:
         st.error(plain(str(e)))
         st.stop()
     except Exception as e:  # a fault in a model or library: say so plainly, keep the page alive
         log.exception("trace failed for %s", key)
-        st.error(plain(f"Could not run {key}: {type(e).__name__}: {e}"))
+        st.error(plain(share.fault(key, e)))
         st.stop()
     status(trace)
     return Frame(key, model, text, trace)

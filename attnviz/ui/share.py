@@ -40,6 +40,40 @@ def allowed_models() -> list[str] | None:
     return [k for k in (str(i).strip() for i in items) if k] or None
 
 
+def public() -> bool:
+    """Public mode: the app faces visitors it does not know, so they choose only among offered models.
+
+    On with ATTNVIZ_PUBLIC=1 or secrets ``[attnviz] public = true``, and by itself on Hugging Face Spaces
+    (which sets SPACE_ID); ATTNVIZ_PUBLIC=0 turns it off there. Off for a local ``streamlit run app.py``.
+    """
+    raw = os.environ.get("ATTNVIZ_PUBLIC", "").strip()
+    if not raw:
+        raw = _secret("public")
+    if raw is None or raw == "":
+        return bool(os.environ.get("SPACE_ID", "").strip())
+    return str(raw).strip().lower() in ("1", "true", "yes", "on")
+
+
+def locked() -> bool:
+    """Visitors pick from a fixed list (public mode, or an operator's allowlist); no typed model keys."""
+    return public() or allowed_models() is not None
+
+
+def open_failed(key: str, error: Exception) -> str:
+    """Why model ``key`` could not be opened; in public mode only that it could not, since the reasons
+    can name the server's paths and tell which of its files exist."""
+    if public():
+        return f"The model {code(key)} could not be opened here."
+    return str(error)
+
+
+def fault(key: str, error: Exception) -> str:
+    """What a visitor is told when model ``key`` fails unexpectedly (the server log keeps the traceback)."""
+    if public():
+        return f"Could not run {key}; the server's log has the details."
+    return f"Could not run {key}: {type(error).__name__}: {error}"
+
+
 def max_chars() -> int:
     """ATTNVIZ_MAX_CHARS or secrets ``[attnviz] max_chars``: the longest text the text box takes."""
     raw = os.environ.get("ATTNVIZ_MAX_CHARS") or _secret("max_chars")
@@ -56,9 +90,14 @@ def max_chars() -> int:
 
 
 def check_allowed(key: str, options: list[str]) -> None:
-    """A ValueError when models are locked to an allowlist and ``key`` is not among ``options`` (forged)."""
-    if allowed_models() is not None and key not in options:
-        raise ValueError(f"Model {code(key)} is not offered here; choose one of: {', '.join(options)}.")
+    """A ValueError when models are locked (public mode, allowlist) and ``key`` is not among ``options``.
+
+    Nothing is looked up for such a key; in public mode the message does not even repeat it, so every
+    refused key (a path, a file, nothing) reads the same.
+    """
+    if locked() and key not in options:
+        named = "That model" if public() else f"Model {code(key)}"
+        raise ValueError(f"{named} is not offered here; choose one of: {', '.join(options)}.")
 
 
 # What makes links, emphasis, code, HTML, LaTeX or Streamlit's :colour[…] directives in Markdown.
@@ -137,13 +176,15 @@ def check_link(key: str, default: str, load) -> None:
     model = _raw("model")
     if model and not st.session_state[_LINK].get("fell_back"):
         if model[-1] != key:  # Streamlit dropped it: not among the picker's options
-            note(f"The link's model {code(model[-1])} is not offered here; showing {key}.")
+            named = "" if public() else f" {code(model[-1])}"
+            note(f"The link's model{named} is not offered here; showing {key}.")
         else:
             try:
                 with st.spinner(f"Loading {key}…"):
                     load(key)
             except Exception as e:  # unknown key, missing files, a hub error: all mean "not this model"
-                _fall_back("model", default, f"The link's model {code(key)} could not be opened: {code(e)}. "
+                why = "" if public() else f": {code(e)}"
+                _fall_back("model", default, f"The link's model {code(key)} could not be opened{why}. "
                                              f"Showing {default}.")
     text, limit = _raw("text"), max_chars()
     if text and len(text[-1]) > limit:
