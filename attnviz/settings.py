@@ -53,3 +53,38 @@ def hub_timeout() -> float:
 def hub_offline() -> bool:
     """HF_HUB_OFFLINE=1: never contact the Hugging Face hub (models come from folders or the local cache)."""
     return _flag("HF_HUB_OFFLINE")
+
+
+# Budgets, checked before anything is allocated; defaults fit a 2-core, 16 GB host serving a few models at once.
+
+
+def max_params_m() -> float:
+    """ATTNVIZ_MAX_PARAMS_M: the most parameters (millions) a model may have, counted from its config.
+
+    Weights are held as float32, 4 bytes each: 500 M is 2 GB of memory (an fp16 checkpoint doubles).
+    """
+    return _number("ATTNVIZ_MAX_PARAMS_M", 500)
+
+
+def max_heads() -> int:
+    """ATTNVIZ_MAX_HEADS: the most attention heads (layers × heads, cross-attention included) a model may have.
+
+    Each head adds T² weights to every trace: 1,024 heads at 512 tokens are 1 GB.
+    """
+    return int(_number("ATTNVIZ_MAX_HEADS", 1024))
+
+
+def max_trace_mb() -> float:
+    """ATTNVIZ_MAX_TRACE_MB: the most memory one trace's attention weights may take; a model with many heads
+    takes fewer tokens so that its longest text stays within it."""
+    return _number("ATTNVIZ_MAX_TRACE_MB", 256)
+
+
+def max_forwards() -> int:
+    """ATTNVIZ_MAX_FORWARDS: the most forward passes one analysis may run (head ablation runs one per head)."""
+    return int(_number("ATTNVIZ_MAX_FORWARDS", 400))
+
+
+def max_flows() -> int:
+    """ATTNVIZ_MAX_FLOWS: the most max-flow problems attention flow may solve for one view (layers × tokens)."""
+    return int(_number("ATTNVIZ_MAX_FLOWS", 1536))

@@ -9,6 +9,8 @@ from attnviz.analysis.ablation import CITATION, MEASURES
 from attnviz.analysis.heads import stat_range
 from attnviz.analysis.rollout import FLOW, ROLLOUT
 from attnviz.figures.analysis import DIVERGING, head_map, relevance_html, relevance_map
+from attnviz.budget import check_forwards
+from attnviz.settings import max_flows, max_forwards
 from attnviz.tokens import labels
 from attnviz.ui.frame import frame
 from attnviz.ui.share import plain
@@ -71,6 +73,11 @@ elif T > FLOW_MAX_TOKENS:
     relevance = None
     st.warning(f"Attention flow runs one max-flow per token and layer, so it is limited to {FLOW_MAX_TOKENS} "
                f"tokens; this text has {T}. Use rollout, or a shorter text.")
+elif L * T > max_flows():
+    relevance = None
+    st.warning(f"Attention flow here would solve {L * T:,} max-flow problems ({L} layers × {T} tokens), over this "
+               f"server's budget of {max_flows():,}. Use rollout or a shorter text; an operator can raise the "
+               "budget with ATTNVIZ_MAX_FLOWS.")
 else:
     with st.spinner(f"Computing {L * T} max-flows…"):
         relevance = kept("flow", trace, target, lambda: attention_flow(trace.attentions, target))
@@ -92,7 +99,11 @@ except ValueError as e:
 else:
     st.markdown(f"Importance of a head = **{MEASURES[measure]}**.")
     done = st.session_state.get("ablation")
-    if st.button(f"Compute importance ({L * H} forward passes)", key="ablate"):
+    try:
+        check_forwards(L * H + 1, "Head importance by ablation")
+    except ValueError as e:  # refused before the button is offered: the operator's budget of forward passes
+        st.info(plain(e))
+    if st.button(f"Compute importance ({L * H} forward passes)", key="ablate", disabled=L * H + 1 > max_forwards()):
         bar = st.progress(0.0, text="Removing heads one at a time…")
         scores, _ = head_importance(
             f.model, f.text, lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"))

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from ..backends.common import check_text, encode
 from ..backends.hooks import stacks
+from ..budget import check_forwards
 from ..nn import TextClassifier
 
 CITATION = "Michel et al. 2019, *Are Sixteen Heads Really Better than One?*"
@@ -136,10 +137,12 @@ def probe(backend, text: str) -> Probe:
 def head_importance(backend, text: str, progress: Callable[[int, int], None] | None = None) -> tuple[np.ndarray, str]:
     """(importance (L, H), measure key): the output change when each head alone is removed.
 
-    ``progress(done, total)`` is called after each head.
+    ``progress(done, total)`` is called after each head. A model with more heads than ATTNVIZ_MAX_FORWARDS
+    allows is refused before the first pass.
     """
-    p = probe(backend, text)
     L, H = backend.n_layers, backend.n_heads
+    check_forwards(L * H + 1, "Head importance by ablation")  # one pass per head, and the baseline
+    p = probe(backend, text)
     keep = np.ones((L, H), np.float32)
     base = p.run(keep)
     scores = np.zeros((L, H))

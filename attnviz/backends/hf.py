@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from .. import settings
+from ..budget import check_budget, heads, trace_tokens
 from ..trace import AttentionTrace, Seq2SeqTrace
 from .common import Encoded, check_text, encode, handed_over, stacked
 from .hooks import record
@@ -46,11 +47,14 @@ def load_hf(name: str) -> "HFModel":
         raise ValueError("Give a Hugging Face model id (hf:bert-base-uncased) or a local folder (hf:/path/to/folder).")
     folder = _locate(name)
     config, kind = _read_config(folder)
+    check_budget(config, kind)  # from the config alone, before any weight is read
     weights, safe = _weights([p.name for p in folder.iterdir() if p.is_file()], f"the folder {folder}")
     _check_size(sum((folder / w).stat().st_size for w in weights), name)
     if safe:
         _check_safetensors(folder, weights)
-    return HFModel(f"hf:{name}", _load_model(folder, kind, safe), _load_tokenizer(folder), kind, config)
+    model = HFModel(f"hf:{name}", _load_model(folder, kind, safe), _load_tokenizer(folder), kind, config)
+    model.max_tokens = min(model.max_tokens, trace_tokens(heads(config)))  # ATTNVIZ_MAX_TRACE_MB per trace
+    return model
 
 
 def _locate(name: str) -> Path:
