@@ -88,3 +88,9 @@ def max_forwards() -> int:
 def max_flows() -> int:
     """ATTNVIZ_MAX_FLOWS: the most max-flow problems attention flow may solve for one view (layers × tokens)."""
     return int(_number("ATTNVIZ_MAX_FLOWS", 1536))
+
+
+def max_views_mb() -> float:
+    """ATTNVIZ_MAX_VIEWS_MB: memory for views derived from traces (display options applied, rollout, statistics),
+    shared by all sessions; a session keeps none of its own."""
+    return _number("ATTNVIZ_MAX_VIEWS_MB", 256)

@@ -12,6 +12,7 @@ from attnviz.figures.analysis import DIVERGING, head_map, relevance_html, releva
 from attnviz.budget import check_forwards
 from attnviz.settings import max_flows, max_forwards
 from attnviz.tokens import labels
+from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame
 from attnviz.ui.share import plain
 
@@ -37,11 +38,8 @@ def clickable(fig, key: str) -> None:
 
 
 def kept(name: str, trace, extra, compute):
-    """``compute()`` kept for this session until the trace (or ``extra``) changes."""
-    store = st.session_state.setdefault("analysis", {})
-    if name not in store or store[name][0] is not trace or store[name][1] != extra:
-        store[name] = (trace, extra, compute())
-    return store[name][2]
+    """``compute()`` for this trace (and ``extra``), from the views all sessions share."""
+    return derived(trace, ("analysis", name, extra), compute)
 
 
 trace = f.trace
