@@ -94,3 +94,14 @@ def max_views_mb() -> float:
     """ATTNVIZ_MAX_VIEWS_MB: memory for views derived from traces (display options applied, rollout, statistics),
     shared by all sessions; a session keeps none of its own."""
     return _number("ATTNVIZ_MAX_VIEWS_MB", 256)
+
+
+def max_jobs() -> int:
+    """ATTNVIZ_MAX_JOBS: how many heavy jobs (training, head ablation, attention flow) run at once, all sessions
+    together; the rest wait in line, each visitor told their place."""
+    return int(_number("ATTNVIZ_MAX_JOBS", 2))
+
+
+def max_train_steps() -> int:
+    """ATTNVIZ_MAX_TRAIN_STEPS: the most training steps one session may run, all its trainings together."""
+    return int(_number("ATTNVIZ_MAX_TRAIN_STEPS", 2000))

@@ -14,6 +14,7 @@ from attnviz.settings import max_flows, max_forwards
 from attnviz.tokens import labels
 from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame
+from attnviz.ui.jobs import slot
 from attnviz.ui.share import plain
 
 f = frame("Analysis")
@@ -77,8 +78,11 @@ elif L * T > max_flows():
                f"server's budget of {max_flows():,}. Use rollout or a shorter text; an operator can raise the "
                "budget with ATTNVIZ_MAX_FLOWS.")
 else:
-    with st.spinner(f"Computing {L * T} max-flows…"):
-        relevance = kept("flow", trace, target, lambda: attention_flow(trace.attentions, target))
+    def flow():
+        with slot("Attention flow"), st.spinner(f"Computing {L * T} max-flows…"):
+            return attention_flow(trace.attentions, target)
+
+    relevance = kept("flow", trace, target, flow)
 if relevance is not None:
     st.markdown(f"How much of **{plain(names[target])}** after layer {layer} comes from each input token "
                 "(shade: relative to the largest):")
@@ -102,9 +106,10 @@ else:
     except ValueError as e:  # refused before the button is offered: the operator's budget of forward passes
         st.info(plain(e))
     if st.button(f"Compute importance ({L * H} forward passes)", key="ablate", disabled=L * H + 1 > max_forwards()):
-        bar = st.progress(0.0, text="Removing heads one at a time…")
-        scores, _ = head_importance(
-            f.model, f.text, lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"))
+        with slot("Head importance"):
+            bar = st.progress(0.0, text="Removing heads one at a time…")
+            scores, _ = head_importance(
+                f.model, f.text, lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"))
         bar.empty()
         done = st.session_state["ablation"] = (f.trace, scores)
     if done and done[0] is f.trace:
