@@ -133,3 +133,19 @@ def test_markdown_in_a_link_renders_as_text_in_chromium(page, app_url, name):
     shown = " ".join(page.get_by_test_id("stAlert").all_inner_texts())
     value = next(iter(params.values()))
     assert ("Session expired" in shown) if value == PAYLOADS["link"] else ("pixel.png" in shown or "evil" in shown)
+
+
+@pytest.mark.parametrize("extra, why", [
+    ({"text": "word " * 110_000}, "550,026 characters, over the 524,288 Streamlit reads"),
+    ({f"p{i}": "1" for i in range(1000)}, "1,001 parameters, over the 1,000 Streamlit reads"),
+], ids=["long", "many"])
+def test_a_link_over_streamlits_query_string_limit_gets_a_note(extra, why):
+    at = AppTest.from_file("../app.py", default_timeout=120)
+    at.query_params["model"] = "builtin:seed"
+    for k, v in extra.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception and not at.error
+    assert [w.value for w in at.warning] == [f"This link has {why}, so none of it could be used; showing the "
+                                             "default view."]
+    assert at.selectbox(key="model").value == "builtin:minilm"

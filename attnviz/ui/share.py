@@ -137,11 +137,29 @@ def note(message: str) -> None:
     st.warning(message, icon="🔗")
 
 
+def _over_limit() -> str | None:
+    """Why Streamlit ignored this run's whole query string (too long, too many parameters), or None."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+    from streamlit.runtime.state import query_params as qp
+
+    ctx = get_script_run_ctx()
+    raw = getattr(ctx, "query_string", "") or ""
+    longest = getattr(qp, "CLIENT_STATE_QUERY_STRING_MAX_LENGTH", 512 * 1024)
+    most = getattr(qp, "CLIENT_STATE_QUERY_STRING_MAX_FIELDS", 1000)
+    if len(raw) > longest:
+        return f"{len(raw):,} characters, over the {longest:,} Streamlit reads"
+    if raw.count("&") + 1 > most:
+        return f"{raw.count('&') + 1:,} parameters, over the {most:,} Streamlit reads"
+    return None
+
+
 def read_link() -> None:
     """Call at the top of every run: keeps a new session's raw link parameters and applies a fallback."""
     link = st.session_state.get(_LINK)
     if link is None:
         st.session_state[_LINK] = {"raw": {k: st.query_params.get_all(k) for k in LINK_KEYS}, "fresh": True}
+        if why := _over_limit():  # Streamlit dropped the whole link without a word
+            note(f"This link has {why}, so none of it could be used; showing the default view.")
         return
     if "fix" in link:  # the rerun fall_back asked for: set the widget before it is drawn, then say why
         for name, value in link.pop("fix").items():
