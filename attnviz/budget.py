@@ -39,9 +39,23 @@ def parameters(config, kind: str) -> int:
     import transformers as tf
 
     auto = {"encoder": tf.AutoModel, "decoder": tf.AutoModelForCausalLM, "encoder-decoder": tf.AutoModelForSeq2SeqLM}
-    with torch.device("meta"):
-        net = auto[kind].from_config(config)
+    try:
+        with torch.device("meta"):
+            net = auto[kind].from_config(config)
+    except Exception:  # a config its class cannot build bare: the usual transformer formula instead
+        return _estimate(config)
     return sum(p.numel() for p in net.parameters())  # a tied weight is one parameter, counted once
+
+
+def _estimate(config) -> int:
+    """Embeddings plus 4·D² (attention) and 2·D·F (feed-forward) per layer, for every stack in ``config``."""
+    if hasattr(getattr(config, "encoder", None), "model_type"):
+        return _estimate(config.encoder) + _estimate(config.decoder)
+    width = _first(config, "hidden_size", "d_model", "n_embd")
+    ffn = _first(config, "intermediate_size", "d_ff", "encoder_ffn_dim", "n_inner") or 4 * width
+    layers = _first(config, "num_hidden_layers", "encoder_layers", "num_layers", "n_layer")
+    layers += _first(config, "decoder_layers", "num_decoder_layers") if getattr(config, "is_encoder_decoder", 0) else 0
+    return _first(config, "vocab_size") * width + layers * (4 * width * width + 2 * width * ffn)
 
 
 def _over(what: str, value: str, limit: str, setting: str) -> ValueError:

@@ -148,3 +148,12 @@ def test_analysis_page_states_the_budgets_before_running(monkeypatch):
     assert any("ATTNVIZ_MAX_FORWARDS" in i.value.replace("\\", "") and "73 forward passes" in i.value for i in at.info)
     assert at.button(key="ablate").disabled
     assert any("ATTNVIZ_MAX_FLOWS" in w.value and "(6 layers × 16 tokens)" in w.value for w in at.warning)
+
+
+def test_the_formula_for_configs_that_cannot_be_built_bare_is_close():
+    """When a config's class cannot be built on the meta device, the usual formula stands in."""
+    from attnviz.budget import _estimate
+
+    for config, kind in [(tf.BertConfig(), "encoder"), (tf.GPT2Config(), "decoder"), (tf.BartConfig(), "encoder-decoder")]:
+        exact = parameters(config, kind)
+        assert 0.85 < _estimate(config) / exact < 1.15, (type(config).__name__, _estimate(config), exact)
