@@ -5,6 +5,7 @@ when the first tab closes; when the second closes too, the server goes idle (its
 """
 
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,9 @@ class Tab:
     """A browser tab on the Train page, speaking Streamlit's websocket protocol."""
 
     def __init__(self, url: str):
-        self.ws = connect(url.replace("http", "ws", 1) + "/_stcore/stream", subprotocols=["streamlit"],
-                          max_size=2**26, open_timeout=60)
+        self.stack = ExitStack()
+        self.ws = self.stack.enter_context(connect(url.replace("http", "ws", 1) + "/_stcore/stream",
+                                                   subprotocols=["streamlit"], max_size=2**26, open_timeout=60))
         self.ids = {}
         self.send()
         self.read_until(lambda s: False, finished=True)
@@ -64,7 +66,7 @@ class Tab:
                    WidgetState(id=self.ids["train_go"], trigger_value=True)])
 
     def close(self):
-        self.ws.close()
+        self.stack.close()
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import os
 import random
 import threading
 import time
+from contextlib import ExitStack
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlencode
 
@@ -29,10 +30,10 @@ VIEWS_MB = 256  # the default ATTNVIZ_MAX_VIEWS_MB, as the README states it
 TEXTS = [" ".join(random.Random(i).choice(WORDS) for _ in range(600)) + "." for i in range(2)]  # > 512 tokens
 
 
-def open_attention(url: str, params: dict):
-    """A new tab on the Attention page with ``params`` in its address; the open connection and what it showed."""
-    ws = connect(url.replace("http", "ws", 1) + "/_stcore/stream", subprotocols=["streamlit"], max_size=2**27,
-                 open_timeout=60)
+def open_attention(url: str, params: dict, tabs: ExitStack):
+    """A new tab on the Attention page with ``params`` in its address, kept open in ``tabs``; what it showed."""
+    ws = tabs.enter_context(connect(url.replace("http", "ws", 1) + "/_stcore/stream", subprotocols=["streamlit"],
+                                    max_size=2**27, open_timeout=60))
     msg = BackMsg()
     msg.rerun_script.query_string = urlencode(params)
     msg.rerun_script.page_name = "Attention"
@@ -44,7 +45,7 @@ def open_attention(url: str, params: dict):
         kind = fwd.WhichOneof("type")
         if kind == "script_finished":
             if fwd.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
-                return ws, shown
+                return shown
             shown = {"charts": 0, "trouble": []}
         elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
             el = fwd.delta.new_element
@@ -60,7 +61,7 @@ def sixty():
     proc, url = start_server({"MALLOC_ARENA_MAX": "2"})
     log: list[str] = []
     threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
-    sockets, errors, lock = [], [], threading.Lock()
+    tabs, errors, lock, opened = ExitStack(), [], threading.Lock(), []
     deadline = time.monotonic() + BUDGET_S
 
     def visit(i: int) -> None:
@@ -68,13 +69,13 @@ def sixty():
             return
         params = {"text": TEXTS[i % len(TEXTS)], "hide_special": "true", "threshold": f"{0.01 + 0.005 * i:.3f}"}
         try:
-            ws, shown = open_attention(url, params)
+            shown = open_attention(url, params, tabs)
         except Exception as e:  # counted, not raised
             with lock:
                 errors.append(f"session {i}: {type(e).__name__}: {e}")
             return
         with lock:
-            sockets.append(ws)  # the tab stays open: its session lives until the end of the test
+            opened.append(i)  # the tab stays open: its session lives until the end of the test
             if shown["trouble"] or shown["charts"] < 2:
                 errors.append(f"session {i}: {shown}")
 
@@ -84,12 +85,11 @@ def sixty():
         run = {"start": rss_mb(proc.pid), "errors": errors, "log": log}
         with ThreadPoolExecutor(AT_ONCE) as pool:
             list(pool.map(visit, range(len(TEXTS), SESSIONS)))
-        run["sessions"] = len(sockets)
+        run["sessions"] = len(opened)
         run["end"] = rss_mb(proc.pid)
         return run
     finally:
-        for ws in sockets:
-            ws.close()
+        tabs.close()
         proc.terminate()
         proc.wait(timeout=30)
 
