@@ -8,6 +8,7 @@ and at most one rerun waits behind it.
 """
 
 import os
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ from test_load import Client, text_for
 SESSIONS = 4
 RATE_HZ = 10
 FLOOD_S = float(os.environ.get("FLOOD_S", 6))  # each session sends RATE_HZ × FLOOD_S reruns, then stops
-FIRST_PAGE_S = 3.0
+FIRST_PAGE_S = float(os.environ.get("FLOOD_FIRST_PAGE_S", 3))  # raise it on a slow, shared machine
 
 
 def threads(pid: int) -> int:
@@ -93,16 +94,18 @@ def flood():
         for w in workers:
             w.start()
         ready.wait(120)  # every session has its page: the flood starts now
-        deadline = time.monotonic() + FLOOD_S
-        probe_at = time.monotonic() + FLOOD_S / 2
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        probes = [started + FLOOD_S * q for q in (0.2, 0.45, 0.7)]  # three new visitors during the flood
+        while time.monotonic() < started + FLOOD_S:
             run["threads"].append(threads(proc.pid))
-            if time.monotonic() > probe_at and not run["during"]:
-                run["during"].append(first_page(url))  # a new visitor in the middle of the flood
+            if probes and time.monotonic() > probes[0]:
+                probes.pop(0)
+                run["during"].append(first_page(url))
             time.sleep(0.1)
         stop.set()
         for w in workers:
             w.join(60)
+        time.sleep(1)  # the flooders' last runs end at their next step once their tabs are closed
         run["after"] = first_page(url)
         run["threads_after"] = threads(proc.pid)
         run["log"] = log
@@ -116,11 +119,13 @@ def flood():
 def test_flood_leaves_a_new_visitor_under_3_seconds(flood, capsys):
     with capsys.disabled():
         print(f"\nflood: {SESSIONS} sessions × {RATE_HZ}/s × {FLOOD_S:.0f} s = {len(flood['sent'])} reruns; "
-              f"new visitor during {flood['during'][0]:.2f} s, after {flood['after']:.2f} s; threads "
+              f"new visitors during {', '.join(f'{s:.2f}' for s in flood['during'])} s, 1 s after "
+              f"{flood['after']:.2f} s; threads "
               f"{flood['threads_before']} before, max {max(flood['threads'])} during, {flood['threads_after']} after")
     assert not flood["errors"], flood["errors"]
     assert len(flood["sent"]) >= SESSIONS * RATE_HZ * FLOOD_S * 0.8  # the flood really happened
-    assert flood["during"][0] < FIRST_PAGE_S and flood["after"] < FIRST_PAGE_S
+    assert len(flood["during"]) == 3 and statistics.median(flood["during"]) < FIRST_PAGE_S, flood["during"]
+    assert flood["after"] < FIRST_PAGE_S, flood["after"]
 
 
 def test_flood_cannot_multiply_threads(flood):
