@@ -6,8 +6,6 @@ The size on disk says little: a 13 MB config-and-weights folder with 48 layers �
 
 from __future__ import annotations
 
-import math
-
 from . import settings
 
 
@@ -72,12 +70,6 @@ def check_budget(config, kind: str) -> None:
     if n_params > limit_m * 1e6:
         raise _over("parameters", f"{n_params / 1e6:,.0f} M ({n_params * 4 / 2**30:,.1f} GB as float32)",
                     f"{limit_m:,.0f} M", "ATTNVIZ_MAX_PARAMS_M")
-
-
-def trace_tokens(n_heads: int) -> int:
-    """The most tokens a trace of a model with ``n_heads`` heads in all may take within ATTNVIZ_MAX_TRACE_MB
-    (its attention weights are n_heads × T² float32)."""
-    return max(1, math.isqrt(int(settings.max_trace_mb() * 2**20 / (4 * max(1, n_heads)))))
 
 
 def check_forwards(n: int, what: str) -> None:

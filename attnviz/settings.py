@@ -74,12 +74,6 @@ def max_heads() -> int:
     return int(_number("ATTNVIZ_MAX_HEADS", 1024))
 
 
-def max_trace_mb() -> float:
-    """ATTNVIZ_MAX_TRACE_MB: the most memory one trace's attention weights may take; a model with many heads
-    takes fewer tokens so that its longest text stays within it."""
-    return _number("ATTNVIZ_MAX_TRACE_MB", 256)
-
-
 def max_forwards() -> int:
     """ATTNVIZ_MAX_FORWARDS: the most forward passes one analysis may run (head ablation runs one per head)."""
     return int(_number("ATTNVIZ_MAX_FORWARDS", 400))

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from .. import settings
-from ..budget import check_budget, heads, trace_tokens
+from ..budget import check_budget
 from ..trace import AttentionTrace, Seq2SeqTrace
 from .common import Encoded, check_text, encode, handed_over, stacked
 from .hooks import record
@@ -52,9 +52,7 @@ def load_hf(name: str) -> "HFModel":
     _check_size(sum((folder / w).stat().st_size for w in weights), name)
     if safe:
         _check_safetensors(folder, weights)
-    model = HFModel(f"hf:{name}", _load_model(folder, kind, safe), _load_tokenizer(folder), kind, config)
-    model.max_tokens = min(model.max_tokens, trace_tokens(heads(config)))  # ATTNVIZ_MAX_TRACE_MB per trace
-    return model
+    return HFModel(f"hf:{name}", _load_model(folder, kind, safe), _load_tokenizer(folder), kind, config)
 
 
 def _locate(name: str) -> Path:
