@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -77,14 +78,88 @@ def to_npz(trace) -> bytes:
     return buf.getvalue()
 
 
-def _stack_from(files, meta: dict, prefix: str = "") -> AttentionTrace:
+MAX_NPZ_MB = 512  # the most a trace file may hold once decompressed (a 512-token BERT-base trace: ~160 MB)
+ROW_TOLERANCE = 1e-3  # float32 rows of up to a few thousand weights sum to 1 within this
+_META_FIELDS = {"model": str, "kind": str, "text": str, "truncated": int, "tokens": list, "norms": list,
+                "hidden_states": bool}
+
+
+def _bad(why: str) -> ValueError:
+    return ValueError(f"this .npz is not a valid attnviz trace: {why}")
+
+
+def _member_sizes(zf, max_bytes: int) -> None:
+    """Refuse a file whose arrays would take more than ``max_bytes``, from the zip and .npy headers alone
+    (a few compressed MB can expand to gigabytes); only plain numeric, boolean and text arrays pass."""
+    total = 0
+    for info in zf.infolist():
+        if not info.filename.endswith(".npy"):
+            raise _bad(f"unexpected member {info.filename!r}")
+        total += info.file_size
+        if total > max_bytes:
+            break
+        with zf.open(info) as f:
+            try:
+                version = np.lib.format.read_magic(f)
+                read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+                if version not in read:
+                    raise ValueError(f".npy format version {version}")
+                shape, _, dtype = read[version](f)
+            except Exception as e:  # a damaged or foreign header: numpy's own words, as the reason
+                raise _bad(f"member {info.filename!r} has no valid array header ({e})") from None
+        if dtype.hasobject or dtype.kind not in "biufU":
+            raise _bad(f"member {info.filename!r} holds {dtype} values")
+        total += max(0, int(np.prod(shape, dtype=np.float64)) * dtype.itemsize - info.file_size)
+    if total > max_bytes:
+        raise ValueError(f"this .npz expands to more than {max_bytes / 2**20:,.0f} MB, over the limit for a trace "
+                         f"file (raise it with from_npz(..., max_mb=…))")
+
+
+def _weights(files, name: str) -> np.ndarray:
+    """Member ``name``: real, finite, non-negative weights whose rows sum to 1 (or 0 where fully masked)."""
+    a = _member(files, name)
+    if a.dtype.kind != "f" or a.ndim != 4:
+        raise _bad(f"{name} must be real floating-point weights of 4 dimensions, not {a.dtype} of shape {a.shape}")
+    if not np.isfinite(a).all():
+        raise _bad(f"{name} holds NaN or infinite values")
+    if (a < 0).any():
+        raise _bad(f"{name} holds negative weights")
+    sums = a.sum(-1, dtype=np.float64)
+    if not (np.isclose(sums, 1, atol=ROW_TOLERANCE, rtol=0) | (sums == 0)).all():
+        raise _bad(f"rows of {name} must sum to 1 (0 where fully masked)")
+    return a
+
+
+def _member(files, name: str) -> np.ndarray:
+    if name not in files.files:
+        raise _bad(f"it has no {name!r} member")
+    a = files[name]
+    if a.dtype.kind in "fc" and not np.isfinite(a).all():
+        raise _bad(f"{name} holds NaN or infinite values")
+    return a
+
+
+def _stack_meta_ok(meta, where: str) -> dict:
+    if not isinstance(meta, dict):
+        raise _bad(f"its {where} is not a JSON object")
+    for field, kind in _META_FIELDS.items():
+        value = meta.get(field)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise _bad(f"{where} field {field!r} must be {kind.__name__}, not {type(value).__name__}")
+    if not all(isinstance(t, str) for t in meta["tokens"]) or not all(isinstance(n, str) for n in meta["norms"]):
+        raise _bad(f"{where} tokens and norms must be lists of strings")
+    return meta
+
+
+def _stack_from(files, meta, prefix: str = "", where: str = "meta") -> AttentionTrace:
+    meta = _stack_meta_ok(meta, where)
     return AttentionTrace(
         tokens=meta["tokens"],
-        attentions=files[prefix + "attentions"],
-        hidden_states=files[prefix + "hidden_states"] if meta["hidden_states"] else None,
-        norms={k: files[f"{prefix}norms/{k}"] for k in meta["norms"]},
-        special=files[prefix + "special"],
-        word_ids=files[prefix + "word_ids"],
+        attentions=_weights(files, prefix + "attentions"),
+        hidden_states=_member(files, prefix + "hidden_states") if meta["hidden_states"] else None,
+        norms={k: _member(files, f"{prefix}norms/{k}") for k in meta["norms"]},
+        special=_member(files, prefix + "special"),
+        word_ids=_member(files, prefix + "word_ids"),
         model=meta["model"],
         kind=meta["kind"],
         text=meta["text"],
@@ -92,21 +167,39 @@ def _stack_from(files, meta: dict, prefix: str = "") -> AttentionTrace:
     )
 
 
-def from_npz(source) -> AttentionTrace | Seq2SeqTrace:
-    """Read a trace written by ``to_npz`` (bytes, a path or a binary file)."""
+def from_npz(source, max_mb: float = MAX_NPZ_MB) -> AttentionTrace | Seq2SeqTrace:
+    """Read a trace written by ``to_npz`` (bytes, a path or a binary file), checked as the trace is built.
+
+    Anything else (damaged, foreign, NaN/negative/complex weights, rows not summing to 1, over ``max_mb`` MB
+    once expanded) is refused with a ValueError that says why.
+    """
     if isinstance(source, (bytes, bytearray)):
         source = io.BytesIO(source)
+    try:
+        with zipfile.ZipFile(source) as zf:
+            _member_sizes(zf, int(max_mb * 2**20))
+    except zipfile.BadZipFile:
+        raise ValueError("this file is not an .npz (a zip of arrays), so not an attnviz trace") from None
+    if hasattr(source, "seek"):
+        source.seek(0)
     with np.load(source, allow_pickle=False) as files:
         if "meta" not in files.files:
             raise ValueError("this .npz is not an attnviz trace: it has no 'meta' member")
-        meta = json.loads(str(files["meta"]))
+        try:
+            meta = json.loads(str(files["meta"]))
+        except json.JSONDecodeError as e:
+            raise _bad(f"its meta is not JSON ({e})") from None
+        if not isinstance(meta, dict):
+            raise _bad("its meta is not a JSON object")
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
             raise ValueError(f"unsupported trace file: format {meta.get('format')!r}, version {meta.get('version')!r}")
-        if meta["kind"] == "encoder-decoder":
+        if meta.get("kind") == "encoder-decoder":
+            if not isinstance(meta.get("generated"), bool):
+                raise _bad("meta field 'generated' must be bool")
             return Seq2SeqTrace(
-                encoder=_stack_from(files, meta["encoder"], "encoder/"),
-                decoder=_stack_from(files, meta["decoder"], "decoder/"),
-                cross_attentions=files["cross_attentions"],
+                encoder=_stack_from(files, meta.get("encoder"), "encoder/", "encoder meta"),
+                decoder=_stack_from(files, meta.get("decoder"), "decoder/", "decoder meta"),
+                cross_attentions=_weights(files, "cross_attentions"),
                 generated=meta["generated"],
             )
         return _stack_from(files, meta)

@@ -63,3 +63,49 @@ def hub_timeout() -> float:
 def hub_offline() -> bool:
     """HF_HUB_OFFLINE=1: never contact the Hugging Face hub (models come from folders or the local cache)."""
     return _flag("HF_HUB_OFFLINE")
+
+
+# Budgets, checked before anything is allocated; defaults fit a 2-core, 16 GB host serving a few models at once.
+
+
+def max_params_m() -> float:
+    """ATTNVIZ_MAX_PARAMS_M: the most parameters (millions) a model may have, counted from its config.
+
+    Weights are held as float32, 4 bytes each: 500 M is 2 GB of memory (an fp16 checkpoint doubles).
+    """
+    return _number("ATTNVIZ_MAX_PARAMS_M", 500)
+
+
+def max_heads() -> int:
+    """ATTNVIZ_MAX_HEADS: the most attention heads (layers × heads, cross-attention included) a model may have.
+
+    Each head adds T² weights to every trace: 1,024 heads at 512 tokens are 1 GB.
+    """
+    return int(_number("ATTNVIZ_MAX_HEADS", 1024))
+
+
+def max_forwards() -> int:
+    """ATTNVIZ_MAX_FORWARDS: the most forward passes one analysis may run (head ablation runs one per head)."""
+    return int(_number("ATTNVIZ_MAX_FORWARDS", 400))
+
+
+def max_flows() -> int:
+    """ATTNVIZ_MAX_FLOWS: the most max-flow problems attention flow may solve for one view (layers × tokens)."""
+    return int(_number("ATTNVIZ_MAX_FLOWS", 1536))
+
+
+def max_views_mb() -> float:
+    """ATTNVIZ_MAX_VIEWS_MB: memory for views derived from traces (display options applied, rollout, statistics),
+    shared by all sessions; a session keeps none of its own."""
+    return _number("ATTNVIZ_MAX_VIEWS_MB", 256)
+
+
+def max_jobs() -> int:
+    """ATTNVIZ_MAX_JOBS: how many heavy jobs (training, head ablation, attention flow) run at once, all sessions
+    together; the rest wait in line, each visitor told their place."""
+    return int(_number("ATTNVIZ_MAX_JOBS", 2))
+
+
+def max_train_steps() -> int:
+    """ATTNVIZ_MAX_TRAIN_STEPS: the most training steps one session may run, all its trainings together."""
+    return int(_number("ATTNVIZ_MAX_TRAIN_STEPS", 2000))

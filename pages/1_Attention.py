@@ -6,6 +6,7 @@ import streamlit as st
 
 from attnviz.figures.attention import QUANTISE_ABOVE, explorer_figures
 from attnviz.export import figure_name
+from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame, layer_head
 from attnviz.ui.share import chart_config, downloads
 from attnviz.views import Options, focus_html, stack_view, stacks
@@ -34,13 +35,10 @@ options = Options(hide, renorm, merge, threshold, log_scale)
 
 
 def view_of(name: str):
-    """The stack as displayed, kept for this session until the trace or the options change."""
+    """The stack as displayed, from the views all sessions share (no per-session copy of the weights)."""
     attn, q, k, causal = stacks(f.trace)[name]
     shown = options._replace(log_scale=False)  # the log scale only recolours
-    kept = st.session_state.setdefault("attention_views", {})
-    if name not in kept or kept[name][0] is not f.trace or kept[name][1] != shown:
-        kept[name] = (f.trace, shown, stack_view(name, attn, q, k, causal, shown))
-    return kept[name][2]
+    return derived(f.trace, ("attention", name, shown), lambda: stack_view(name, attn, q, k, causal, shown))
 
 
 def open_head(chart_key: str, n_heads: int) -> None:

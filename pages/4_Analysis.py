@@ -9,8 +9,13 @@ from attnviz.analysis.ablation import CITATION, MEASURES
 from attnviz.analysis.heads import stat_range
 from attnviz.analysis.rollout import FLOW, ROLLOUT
 from attnviz.figures.analysis import DIVERGING, head_map, relevance_html, relevance_map
+from attnviz.budget import check_forwards
+from attnviz.settings import max_flows, max_forwards
 from attnviz.tokens import labels
+from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame, max_tokens
+from attnviz.ui.jobs import slot
+from attnviz.ui.share import plain
 
 f = frame("Analysis")
 st.title("Analysis")
@@ -34,11 +39,8 @@ def clickable(fig, key: str) -> None:
 
 
 def kept(name: str, trace, extra, compute):
-    """``compute()`` kept for this session until the trace (or ``extra``) changes."""
-    store = st.session_state.setdefault("analysis", {})
-    if name not in store or store[name][0] is not trace or store[name][1] != extra:
-        store[name] = (trace, extra, compute())
-    return store[name][2]
+    """``compute()`` for this trace (and ``extra``), from the views all sessions share."""
+    return derived(trace, ("analysis", name, extra), compute)
 
 
 trace = f.trace
@@ -70,11 +72,19 @@ elif T > FLOW_MAX_TOKENS:
     relevance = None
     st.warning(f"Attention flow runs one max-flow per token and layer, so it is limited to {FLOW_MAX_TOKENS} "
                f"tokens; this text has {T}. Use rollout, or a shorter text.")
+elif L * T > max_flows():
+    relevance = None
+    st.warning(f"Attention flow here would solve {L * T:,} max-flow problems ({L} layers × {T} tokens), over this "
+               f"server's budget of {max_flows():,}. Use rollout or a shorter text; an operator can raise the "
+               "budget with ATTNVIZ_MAX_FLOWS.")
 else:
-    with st.spinner(f"Computing {L * T} max-flows…"):
-        relevance = kept("flow", trace, target, lambda: attention_flow(trace.attentions, target))
+    def flow():
+        with slot("Attention flow"), st.spinner(f"Computing {L * T} max-flows…"):
+            return attention_flow(trace.attentions, target)
+
+    relevance = kept("flow", trace, target, flow)
 if relevance is not None:
-    st.markdown(f"How much of **{names[target]}** after layer {layer} comes from each input token "
+    st.markdown(f"How much of **{plain(names[target])}** after layer {layer} comes from each input token "
                 "(shade: relative to the largest):")
     st.html(relevance_html(names, relevance[layer]))
     st.plotly_chart(relevance_map(relevance, names, f"{method} into {names[target]}, every layer", method),
@@ -86,15 +96,20 @@ st.caption(f"Remove one head at a time (its output zeroed before the output proj
 try:
     measure = probe(f.model, f.text, max_tokens()).measure
 except ValueError as e:
-    st.info(f"{e} Ablation works for the built-in encoders and classifier, and for Hugging Face BERT-, "
+    st.info(f"{plain(e)} Ablation works for the built-in encoders and classifier, and for Hugging Face BERT-, "
             "DistilBERT-, GPT-2- and Llama-style encoders and causal LMs.")
 else:
     st.markdown(f"Importance of a head = **{MEASURES[measure]}**.")
     done = st.session_state.get("ablation")
-    if st.button(f"Compute importance ({L * H} forward passes)", key="ablate"):
-        bar = st.progress(0.0, text="Removing heads one at a time…")
-        scores, _ = head_importance(
-            f.model, f.text, lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"), max_tokens())
+    try:
+        check_forwards(L * H + 1, "Head importance by ablation")
+    except ValueError as e:  # refused before the button is offered: the operator's budget of forward passes
+        st.info(plain(e))
+    if st.button(f"Compute importance ({L * H} forward passes)", key="ablate", disabled=L * H + 1 > max_forwards()):
+        with slot("Head importance"):
+            bar = st.progress(0.0, text="Removing heads one at a time…")
+            scores, _ = head_importance(
+                f.model, f.text, lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"), max_tokens())
         bar.empty()
         done = st.session_state["ablation"] = (f.trace, scores)
     if done and done[0] is f.trace:

@@ -7,7 +7,10 @@ from attnviz.figures.train import training_curves
 from attnviz.tasks import TASKS
 from attnviz.tokens import labels
 from attnviz.train import TrainConfig, train
+from attnviz.settings import max_train_steps
 from attnviz.ui.frame import frame, register_session_model, session_models
+from attnviz.ui.jobs import slot
+from attnviz.ui.share import code, plain
 
 TITLES = {
     "classifier": "Sentiment classifier: a cue word, maybe negated, decides positive or negative",
@@ -29,10 +32,10 @@ def show_probe(model, text: str, chart_key: str) -> None:
     try:
         trace = model.trace(text)
     except ValueError as e:
-        st.error(str(e))
+        st.error(plain(e))
         return
     if trace.kind == "encoder-decoder":
-        st.markdown(f"Greedy translation: `{model.translate(text)}`")
+        st.markdown(f"Greedy translation: {code(model.translate(text))}")
         attn, rows, cols = trace.cross_attentions[-1].mean(0), trace.decoder.tokens, trace.encoder.tokens
         title = "Cross-attention, last layer, mean of heads: row i is the query that writes the next token."
     else:
@@ -66,9 +69,18 @@ st.caption(TITLES[task])
 probe = st.text_input("Probe example", TASKS[task].probe, key=f"train_probe_{task}",
                       help="Shown after each evaluation while training, and with the trained model afterwards.")
 
-if st.button("Train", type="primary", key="train_go"):
-    config = TrainConfig(steps=int(steps), eval_every=max(1, int(steps) // 8), eval_size=200,
-                         log_every=max(1, int(steps) // 100), **SIZES[size])
+used = st.session_state.get("train_steps_used", 0)
+left = max_train_steps() - used
+if left < 10:
+    st.info(f"This session has trained its {max_train_steps():,} steps, the most this server gives one visitor "
+            "(an operator can raise it with ATTNVIZ_MAX_TRAIN_STEPS).")
+elif steps > left:
+    st.caption(f"This session may train {left:,} more steps: a run stops there.")
+
+if st.button("Train", type="primary", key="train_go", disabled=left < 10):
+    steps = min(int(steps), left)
+    config = TrainConfig(steps=steps, eval_every=max(1, steps // 8), eval_size=200,
+                         log_every=max(1, steps // 100), **SIZES[size])
     bar, chart, live = st.progress(0.0, "starting…"), st.empty(), st.empty()
     rows = []
 
@@ -81,7 +93,9 @@ if st.button("Train", type="primary", key="train_go"):
                 st.subheader(f"Probe at step {p.step} · held-out accuracy {p.eval_accuracy:.1%}")
                 show_probe(p.model, probe, f"train_probe_chart_{p.step}")
 
-    result = train(task, config, on_step, key=session_key(task))
+    with slot("This training"):
+        st.session_state["train_steps_used"] = used + steps  # counted when it starts: a stopped run is not refunded
+        result = train(task, config, on_step, key=session_key(task))
     register_session_model(session_key(task), result.model)
     st.session_state.setdefault("train_results", {})[task] = dict(
         size=size, history=result.history, accuracy=result.eval_accuracy, seconds=result.seconds

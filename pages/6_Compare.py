@@ -1,5 +1,6 @@
 """Compare: the same layer and head for two texts or two models, side by side, and their difference."""
 
+import html
 import logging
 
 import numpy as np
@@ -11,7 +12,8 @@ from attnviz.figures.analysis import difference_map
 from attnviz.figures.attention import attention_heatmap
 from attnviz.tokens import labels
 from attnviz.ui import share
-from attnviz.ui.frame import frame, get_trace, layer_head, model_options
+from attnviz.ui.share import plain
+from attnviz.ui.frame import frame, get_trace, layer_head, model_options, offered
 
 log = logging.getLogger("attnviz")
 
@@ -22,19 +24,19 @@ st.info(CAVEAT)
 
 c1, c2 = st.columns(2)
 model_b = c1.selectbox("Model B", model_options(), index=None, key="model_b", bind="query-params",
-                       accept_new_options=share.allowed_models() is None, placeholder=f"same as A ({f.key})")
+                       accept_new_options=not share.locked(), placeholder=f"same as A ({f.key})")
 text_b = c2.text_area("Text B", "", key="text_b", bind="query-params", height=100, max_chars=share.max_chars(),
                       placeholder="same as A", help="Press Ctrl+Enter (or click outside) to run.")
 key_b, text_b = model_b or f.key, text_b if text_b.strip() else f.text
 try:
-    share.check_allowed(key_b, model_options())
+    offered(key_b)
     trace_b = get_trace(key_b, check_text(text_b))
 except ValueError as e:
-    st.error(f"B: {e}")
+    st.error(plain(f"B: {e}"))
     st.stop()
 except Exception as e:  # a fault in a model or library: say so plainly, keep the page alive
     log.exception("trace failed for %s", key_b)
-    st.error(f"Could not run {key_b}: {type(e).__name__}: {e}")
+    st.error(plain(share.fault(key_b, e)))
     st.stop()
 if (key_b, text_b) == (f.key, f.text):
     st.info("B is the same as A: enter another text or choose another model for B.")
@@ -60,7 +62,7 @@ def weights(t) -> np.ndarray:
 def heatmap(name: str, t):
     names = labels(t.tokens)
     masked = np.triu(np.ones((t.n_tokens, t.n_tokens), bool), 1) if t.kind == "decoder" else None
-    return attention_heatmap(weights(t), names, names, f"{name}: {t.model}, {where}", masked=masked)
+    return attention_heatmap(weights(t), names, names, f"{name}: {html.escape(t.model, quote=False)}, {where}", masked=masked)
 
 
 left, right = st.columns(2)

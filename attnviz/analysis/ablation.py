@@ -13,6 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..budget import check_forwards
 
 CITATION = "Michel et al. 2019, *Are Sixteen Heads Really Better than One?*"
 MEASURES = {
@@ -59,9 +60,11 @@ def head_importance(backend, text: str, progress: Callable[[int, int], None] | N
     """(importance (L, H), measure key): the output change when each head alone is removed.
 
     ``progress(done, total)`` is called after each head; the text is cut to ``max_tokens`` as ``trace`` cuts it.
+    A model with more heads than ATTNVIZ_MAX_FORWARDS allows is refused before the first pass.
     """
-    p = probe(backend, text, max_tokens)
     L, H = backend.n_layers, backend.n_heads
+    check_forwards(L * H + 1, "Head importance by ablation")  # one pass per head, and the baseline
+    p = probe(backend, text, max_tokens)
     keep = np.ones((L, H), np.float32)
     base = p.run(keep)
     scores = np.zeros((L, H))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -10,9 +11,18 @@ from .builtin import BUILTIN
 from .common import Backend, check_text, encode
 
 DEFAULT_MODEL = "builtin:minilm"
-# Loaders import transformers on first use, and its lazy module is not thread-safe: two sessions opening
-# their first models at once get "cannot import name 'AutoConfig'". One load at a time.
-_loading = threading.Lock()
+# transformers' lazy module is not thread-safe: two sessions opening their first models at once got "cannot
+# import name 'AutoConfig'". Its imports run once, under this lock; loads then wait only for their own key.
+_importing = threading.Lock()
+_imported = False
+_guard = threading.Lock()  # guards _loading
+_loading: dict[str, list] = {}  # model key -> [its lock, how many threads hold or wait for it]
+
+
+def normalise(key: str) -> str:
+    """The one spelling of a model key that caches use: ``" hf: gpt2 "`` and ``"hf:gpt2"`` are one model."""
+    key = (key or "").strip()
+    return "hf:" + key[3:].strip() if key.startswith("hf:") else key
 
 
 def list_models() -> list[str]:
@@ -20,13 +30,45 @@ def list_models() -> list[str]:
     return list(BUILTIN)
 
 
+def _import_transformers() -> None:
+    """Import what every loader reaches for, once, before any two loads can race on transformers' lazy module."""
+    global _imported
+    with _importing:
+        if _imported:
+            return
+        import transformers
+        from transformers.models.auto import configuration_auto, modeling_auto  # noqa: F401
+
+        for name in ("AutoConfig", "AutoTokenizer", "AutoModel", "AutoModelForCausalLM", "AutoModelForSeq2SeqLM",
+                     "PreTrainedTokenizerFast"):
+            getattr(transformers, name)
+        _imported = True
+
+
+@contextmanager
+def _key_lock(key: str):
+    """Held while ``key`` loads: a second load of the same key waits, a load of another key does not."""
+    with _guard:
+        entry = _loading.setdefault(key, [threading.Lock(), 0])
+        entry[1] += 1
+    try:
+        with entry[0]:
+            yield
+    finally:
+        with _guard:
+            entry[1] -= 1
+            if not entry[1]:  # the table holds only keys being loaded now
+                del _loading[key]
+
+
 def open_model(key: str) -> Backend:
     """Load the model behind ``key`` (uncached): ``builtin:…``, ``hf:<hub id or folder>``, or a local folder."""
-    key = (key or "").strip()
-    with _loading:
-        if key in BUILTIN:
-            return BUILTIN[key]()
-        if key.startswith("hf:") or (key and Path(key).expanduser().is_dir()):
+    key = normalise(key)
+    if key in BUILTIN or key.startswith("hf:") or (key and Path(key).expanduser().is_dir()):
+        _import_transformers()
+        with _key_lock(key):
+            if key in BUILTIN:
+                return BUILTIN[key]()
             from .hf import load_hf
 
             return load_hf(key.removeprefix("hf:"))
@@ -37,9 +79,13 @@ def open_model(key: str) -> Backend:
 
 
 @lru_cache(maxsize=4)
-def load(key: str) -> Backend:
-    """``open_model`` with the last few models kept in memory."""
+def _load(key: str) -> Backend:
     return open_model(key)
 
 
-__all__ = ["DEFAULT_MODEL", "Backend", "list_models", "open_model", "load", "check_text", "encode"]
+def load(key: str) -> Backend:
+    """``open_model`` with the last few models kept in memory."""
+    return _load(normalise(key))
+
+
+__all__ = ["DEFAULT_MODEL", "Backend", "list_models", "normalise", "open_model", "load", "check_text", "encode"]

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import settings
+from ..budget import check_budget
 from ..capture import record
 from ..traces import AttentionTrace, Seq2SeqTrace, stacks
 from ..weights import DenseWeights
@@ -55,6 +56,7 @@ def load_hf(name: str) -> "HFModel":
         raise ValueError("Give a Hugging Face model id (hf:bert-base-uncased) or a local folder (hf:/path/to/folder).")
     folder = _locate(name)
     config, kind = _read_config(folder)
+    check_budget(config, kind)  # from the config alone, before any weight is read
     weights, safe = _weights([p.name for p in folder.iterdir() if p.is_file()], f"the folder {folder}")
     _check_size(sum((folder / w).stat().st_size for w in weights), name)
     if safe:

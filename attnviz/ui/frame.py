@@ -7,16 +7,16 @@ Widget keys ``model``, ``text``, ``layer`` and ``head`` are bound to the URL's q
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from typing import NamedTuple
 
 import streamlit as st
 
 from attnviz import settings
-from attnviz.backends import DEFAULT_MODEL, list_models, open_model
+from attnviz.backends import DEFAULT_MODEL, list_models, normalise, open_model
 from attnviz.backends.common import check_text
 from attnviz.ui import share
+from attnviz.ui.share import plain
 
 log = logging.getLogger("attnviz")
 
@@ -36,9 +36,16 @@ class Frame(NamedTuple):
     trace: object  # AttentionTrace or Seq2SeqTrace
 
 
-@st.cache_resource(max_entries=4, show_spinner=False)
 def get_model(key: str):
-    """A loaded model shared by all sessions (stateless; each backend serialises use with its lock)."""
+    """A loaded model shared by all sessions (stateless; each backend serialises use with its lock).
+
+    Keys are normalised first: a whitespace-padded key must not load a second copy and evict others.
+    """
+    return _cached_model(normalise(key))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _cached_model(key: str):
     return open_model(key)
 
 
@@ -56,14 +63,6 @@ def _cached_trace(key: str, text: str, target: str | None, limit: int):
 
 
 _session_lock = threading.Lock()
-_MARKDOWN = re.compile(r"([\\`*_\[\]<>|~$])")  # what makes links, emphasis, code, HTML or LaTeX
-
-
-def plain(message: str) -> str:
-    """``message`` shown as typed in Streamlit's Markdown: a model name cannot become a link or markup."""
-    return _MARKDOWN.sub(r"\\\1", message)
-
-
 def session_models() -> dict:
     """Models that exist for this session only (trained on the Train page): key -> backend."""
     with _session_lock:
@@ -81,6 +80,19 @@ def resolve(key: str):
     return session_models().get(key) or get_model(key)
 
 
+def offered(key: str):
+    """``resolve`` for a key a visitor gave: refused unless offered; in public mode the reason a model
+    could not be opened stays in the server log."""
+    share.check_allowed(key, model_options())
+    try:
+        return resolve(key)
+    except Exception as e:
+        if not share.public():
+            raise
+        log.warning("could not open %r", key, exc_info=True)
+        raise ValueError(share.open_failed(key, e)) from None
+
+
 def get_trace(key: str, text: str, target: str | None = None):
     """The trace of ``text`` under model ``key``, cached; session models are cached per session."""
     if key in session_models():
@@ -89,7 +101,7 @@ def get_trace(key: str, text: str, target: str | None = None):
             cache.clear()  # one entry: training pages change the model under the same key
             cache[(key, text, target)] = session_models()[key].trace(text, target, max_tokens=max_tokens())
         return cache[(key, text, target)]
-    return _cached_trace(key, text, target, max_tokens())
+    return _cached_trace(normalise(key), text, target, max_tokens())
 
 
 def model_options() -> list[str]:
@@ -110,9 +122,10 @@ def sidebar() -> tuple[str, str]:
             "Model",
             model_options(),
             key="model",
-            accept_new_options=share.allowed_models() is None,
+            accept_new_options=not share.locked(),
             bind="query-params",
-            help="A built-in model, or type a Hugging Face id (hf:gpt2) or a local folder and press Enter.",
+            help="The models this demo offers." if share.locked() else
+                 "A built-in model, or type a Hugging Face id (hf:gpt2) or a local folder and press Enter.",
         )
         st.selectbox("Sample text", list(SAMPLES), index=None, key="sample", on_change=_use_sample,
                      placeholder="Choose a sample…")
@@ -153,19 +166,19 @@ def frame(title: str) -> Frame:
     carry_over(title)
     key, text = sidebar()
     remember("model", "text")
-    share.check_link(key, model_options()[0], resolve)
+    share.check_link(key, model_options()[0], offered)
     try:
         share.check_allowed(key, model_options())
         text = check_text(text)
         with st.spinner(f"Loading {key} and computing attention…"):
-            model = resolve(key)
+            model = offered(key)
             trace = get_trace(key, text)
     except ValueError as e:
         st.error(plain(str(e)))
         st.stop()
     except Exception as e:  # a fault in a model or library: say so plainly, keep the page alive
         log.exception("trace failed for %s", key)
-        st.error(plain(f"Could not run {key}: {type(e).__name__}: {e}"))
+        st.error(plain(share.fault(key, e)))
         st.stop()
     status(trace)
     return Frame(key, model, text, trace)

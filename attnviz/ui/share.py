@@ -40,6 +40,40 @@ def allowed_models() -> list[str] | None:
     return [k for k in (str(i).strip() for i in items) if k] or None
 
 
+def public() -> bool:
+    """Public mode: the app faces visitors it does not know, so they choose only among offered models.
+
+    On with ATTNVIZ_PUBLIC=1 or secrets ``[attnviz] public = true``, and by itself on Hugging Face Spaces
+    (which sets SPACE_ID); ATTNVIZ_PUBLIC=0 turns it off there. Off for a local ``streamlit run app.py``.
+    """
+    raw = os.environ.get("ATTNVIZ_PUBLIC", "").strip()
+    if not raw:
+        raw = _secret("public")
+    if raw is None or raw == "":
+        return bool(os.environ.get("SPACE_ID", "").strip())
+    return str(raw).strip().lower() in ("1", "true", "yes", "on")
+
+
+def locked() -> bool:
+    """Visitors pick from a fixed list (public mode, or an operator's allowlist); no typed model keys."""
+    return public() or allowed_models() is not None
+
+
+def open_failed(key: str, error: Exception) -> str:
+    """Why model ``key`` could not be opened; in public mode only that it could not, since the reasons
+    can name the server's paths and tell which of its files exist."""
+    if public():
+        return f"The model {code(key)} could not be opened here."
+    return str(error)
+
+
+def fault(key: str, error: Exception) -> str:
+    """What a visitor is told when model ``key`` fails unexpectedly (the server log keeps the traceback)."""
+    if public():
+        return f"Could not run {key}; the server's log has the details."
+    return f"Could not run {key}: {type(error).__name__}: {error}"
+
+
 def max_chars() -> int:
     """ATTNVIZ_MAX_CHARS or secrets ``[attnviz] max_chars``: the longest text the text box takes."""
     raw = os.environ.get("ATTNVIZ_MAX_CHARS") or _secret("max_chars")
@@ -56,9 +90,35 @@ def max_chars() -> int:
 
 
 def check_allowed(key: str, options: list[str]) -> None:
-    """A ValueError when models are locked to an allowlist and ``key`` is not among ``options`` (forged)."""
-    if allowed_models() is not None and key not in options:
-        raise ValueError(f"Model {code(key)} is not offered here; choose one of: {', '.join(options)}.")
+    """A ValueError when models are locked (public mode, allowlist) and ``key`` is not among ``options``.
+
+    Nothing is looked up for such a key; in public mode the message does not even repeat it, so every
+    refused key (a path, a file, nothing) reads the same.
+    """
+    if locked() and key not in options:
+        named = "That model" if public() else f"Model {code(key)}"
+        raise ValueError(f"{named} is not offered here; choose one of: {', '.join(options)}.")
+
+
+# What makes links, emphasis, code, HTML, LaTeX or Streamlit's :colour[…] directives in Markdown.
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>|~$#])")
+# What GitHub-flavoured Markdown turns into a link by itself, even with every character escaped: a URL
+# with a scheme, a "www." address, an e-mail address. These go into a code span instead.
+_AUTOLINK = re.compile(r"(?i)(?:\b[a-z][a-z0-9+.-]*://|\bwww\.)[^\s'\"<>`]*[^\s'\"<>`.,;:!?)]"
+                       r"|[-.\w+]+@[-\w]+(?:\.[-\w]+)+")
+
+
+def plain(message) -> str:
+    """``message`` shown as typed in Streamlit's Markdown (st.error, st.warning, st.markdown, captions).
+
+    The one way text from a visitor, a link or an exception reaches a message: nothing in it can become
+    a link, an image, markup or formatting.
+    """
+    text, out, at = str(message), [], 0
+    for m in _AUTOLINK.finditer(text):
+        out += [_MARKDOWN.sub(r"\\\1", text[at:m.start()]), code(m.group())]
+        at = m.end()
+    return "".join(out + [_MARKDOWN.sub(r"\\\1", text[at:])])
 
 
 def code(value) -> str:
@@ -77,11 +137,29 @@ def note(message: str) -> None:
     st.warning(message, icon="🔗")
 
 
+def _over_limit() -> str | None:
+    """Why Streamlit ignored this run's whole query string (too long, too many parameters), or None."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+    from streamlit.runtime.state import query_params as qp
+
+    ctx = get_script_run_ctx()
+    raw = getattr(ctx, "query_string", "") or ""
+    longest = getattr(qp, "CLIENT_STATE_QUERY_STRING_MAX_LENGTH", 512 * 1024)
+    most = getattr(qp, "CLIENT_STATE_QUERY_STRING_MAX_FIELDS", 1000)
+    if len(raw) > longest:
+        return f"{len(raw):,} characters, over the {longest:,} Streamlit reads"
+    if raw.count("&") + 1 > most:
+        return f"{raw.count('&') + 1:,} parameters, over the {most:,} Streamlit reads"
+    return None
+
+
 def read_link() -> None:
     """Call at the top of every run: keeps a new session's raw link parameters and applies a fallback."""
     link = st.session_state.get(_LINK)
     if link is None:
         st.session_state[_LINK] = {"raw": {k: st.query_params.get_all(k) for k in LINK_KEYS}, "fresh": True}
+        if why := _over_limit():  # Streamlit dropped the whole link without a word
+            note(f"This link has {why}, so none of it could be used; showing the default view.")
         return
     if "fix" in link:  # the rerun fall_back asked for: set the widget before it is drawn, then say why
         for name, value in link.pop("fix").items():
@@ -116,13 +194,15 @@ def check_link(key: str, default: str, load) -> None:
     model = _raw("model")
     if model and not st.session_state[_LINK].get("fell_back"):
         if model[-1] != key:  # Streamlit dropped it: not among the picker's options
-            note(f"The link's model {code(model[-1])} is not offered here; showing {key}.")
+            named = "" if public() else f" {code(model[-1])}"
+            note(f"The link's model{named} is not offered here; showing {key}.")
         else:
             try:
                 with st.spinner(f"Loading {key}…"):
                     load(key)
             except Exception as e:  # unknown key, missing files, a hub error: all mean "not this model"
-                _fall_back("model", default, f"The link's model {code(key)} could not be opened: {code(e)}. "
+                why = "" if public() else f": {code(e)}"
+                _fall_back("model", default, f"The link's model {code(key)} could not be opened{why}. "
                                              f"Showing {default}.")
     text, limit = _raw("text"), max_chars()
     if text and len(text[-1]) > limit:
