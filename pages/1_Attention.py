@@ -1,12 +1,11 @@
 """Attention explorer: every layer and head at a glance, any head in detail, any token's view."""
 
-from functools import partial
-
 import streamlit as st
 
 from attnviz.figures.attention import QUANTISE_ABOVE, explorer_figures
 from attnviz.export import figure_name
 from attnviz.ui.frame import frame, layer_head
+from attnviz.ui.heads import head_chart
 from attnviz.ui.share import chart_config, downloads
 from attnviz.views import Options, focus_html, stack_view, stacks
 
@@ -43,14 +42,6 @@ def view_of(name: str):
     return kept[name][2]
 
 
-def open_head(chart_key: str, n_heads: int) -> None:
-    """Overview click: switch the layer and head pickers to the clicked head (point i is head i of the grid)."""
-    points = st.session_state[chart_key].selection.points
-    if points and "point_index" in points[0]:
-        layer, head = divmod(int(points[0]["point_index"]), n_heads)
-        st.session_state["layer"], st.session_state["head"] = layer, head
-
-
 def explore(name: str) -> None:
     view = view_of(name)
     layer, head = layer_head(*view.attn.shape[:2], with_mean=True)
@@ -65,8 +56,7 @@ def explore(name: str) -> None:
     focus = names.index(token)
     figs = explorer_figures(view, layer, head, focus, direction, log_scale)
     chart_key = f"overview_{name}"
-    overview.plotly_chart(figs["overview"], key=chart_key, on_select=partial(open_head, chart_key, view.attn.shape[1]),
-                          selection_mode="points")
+    head_chart(figs["overview"], chart_key, view.attn.shape[1], page=None, where=overview)
     stack = "encoder" if name == "self" else name
     with detail:
         image = figure_name(f.trace.model, layer, head, "" if stack == "encoder" else stack)

@@ -1,7 +1,5 @@
 """Analysis: what each head does, how much each token reaches each position, which heads matter."""
 
-from functools import partial
-
 import streamlit as st
 
 from attnviz.analysis import CAVEAT, FLOW_MAX_TOKENS, STATS, attention_flow, head_importance, head_stats, head_table, probe, rollout
@@ -11,26 +9,11 @@ from attnviz.analysis.rollout import FLOW, ROLLOUT
 from attnviz.figures.analysis import DIVERGING, head_map, relevance_html, relevance_map
 from attnviz.tokens import labels
 from attnviz.ui.frame import frame
+from attnviz.ui.heads import head_chart
 
 f = frame("Analysis")
 st.title("Analysis")
 st.info(CAVEAT)
-
-if st.session_state.pop("open_head", False):
-    st.switch_page("pages/1_Attention.py", query_params={})
-
-
-def open_head(chart_key: str) -> None:
-    """A click on a head's cell: open that head on the attention page."""
-    points = st.session_state[chart_key].selection.points
-    # The cell's coordinates, not its customdata: the browser sends customdata [2, 5] as {"0": 2, "1": 5}.
-    if points and {"x", "y"} <= points[0].keys():
-        st.session_state["layer"], st.session_state["head"] = int(points[0]["y"]), int(points[0]["x"])
-        st.session_state["open_head"] = True
-
-
-def clickable(fig, key: str) -> None:
-    st.plotly_chart(fig, key=key, on_select=partial(open_head, key), selection_mode="points")
 
 
 def kept(name: str, trace, extra, compute):
@@ -52,8 +35,8 @@ L, H, T = trace.n_layers, trace.n_heads, trace.n_tokens
 st.header("What each head does")
 stat = st.selectbox("Statistic", list(STATS), format_func=lambda k: STATS[k].label, key="stat", bind="query-params")
 stats = kept("stats", trace, None, lambda: head_stats(trace))
-clickable(head_map(stats[stat], f"{STATS[stat].label} · click a head to open it", stat_range(stat, T),
-                   value_name=STATS[stat].label), "stat_map")
+head_chart(head_map(stats[stat], f"{STATS[stat].label} · click a head to open it", stat_range(stat, T),
+                    value_name=STATS[stat].label), "stat_map", H)
 st.caption(f"{STATS[stat].formula}.")
 st.dataframe(head_table(stats), hide_index=True, key="stat_table")
 
@@ -98,5 +81,5 @@ else:
         bar.empty()
         done = st.session_state["ablation"] = (f.trace, scores)
     if done and done[0] is f.trace:
-        clickable(head_map(done[1], "importance · click a head to open it", colorscale=DIVERGING,
-                           value_name="importance"), "importance_map")
+        head_chart(head_map(done[1], "importance · click a head to open it", colorscale=DIVERGING,
+                            value_name="importance"), "importance_map", H)

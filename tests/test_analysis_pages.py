@@ -102,6 +102,25 @@ def test_ablation_button_and_clicking_a_head_opens_it(trace):
     assert at.text_area(key="text").value == TEXT
 
 
+def test_a_click_opens_that_head_whichever_page_was_open_before():
+    # Home at layer 2 head 5 first: the page switch must not bring that head back over the clicked one.
+    at = AppTest.from_file("../app.py", default_timeout=120)
+    at.query_params["text"] = TEXT
+    ok(at.run())
+    at.selectbox(key="layer").set_value(2)
+    at.selectbox(key="head").set_value(5)
+    ok(at.run())
+    ok(at.switch_page("pages/4_Analysis.py").run())
+    select(at, "stat_map", {"curve_number": 1, "point_number": 43, "point_index": 43, "x": 7, "y": 3,
+                            "customdata": {"0": 3, "1": 7}, "text": "0.5"})
+    ok(at)
+    assert at.title[0].value == "Attention"
+    assert (at.selectbox(key="layer").value, at.selectbox(key="head").value) == (3, 7)
+    assert [c for c in charts(at) if c.startswith("detail")]
+    (detail,) = [s for k, s in charts(at).items() if k.startswith("detail")]
+    assert detail["layout"]["title"]["text"] == "layer 3, head 7"
+
+
 def test_user_text_is_escaped_on_the_page():
     at = ok(run("pages/4_Analysis.py", text='<b>bold</b> & <a href="x">link</a>'))
     (text,) = [h.proto.body for h in at.get("html")]

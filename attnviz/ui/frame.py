@@ -15,7 +15,7 @@ import streamlit as st
 
 from attnviz.backends import DEFAULT_MODEL, list_models, open_model
 from attnviz.backends.common import check_text
-from attnviz.ui import share
+from attnviz.ui import heads, share
 
 log = logging.getLogger("attnviz")
 
@@ -144,6 +144,7 @@ def frame(title: str) -> Frame:
     """Render the shared frame and return the model and trace; stops the page with a message on bad input."""
     st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
     share.read_link()
+    heads.follow_click()
     carry_over(title)
     key, text = sidebar()
     remember("model", "text")
