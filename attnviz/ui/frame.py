@@ -110,8 +110,12 @@ def sidebar() -> tuple[str, str]:
         )
         st.selectbox("Sample text", list(SAMPLES), index=None, key="sample", on_change=_use_sample,
                      placeholder="Choose a sample…")
+        # The text gets its value one way, through session state (a default beside a value that a page
+        # switch or a sample sets makes Streamlit log a warning); a link's text still wins on a first run.
+        if "text" not in st.session_state and "text" not in st.query_params:
+            st.session_state["text"] = DEFAULT_TEXT
         text = st.text_area(
-            "Text", DEFAULT_TEXT, key="text", height=160, bind="query-params", max_chars=share.max_chars(),
+            "Text", key="text", height=160, bind="query-params", max_chars=share.max_chars(),
             help=f"Press Ctrl+Enter (or click outside) to run. At most {share.max_chars():,} characters: "
                  "a longer paste is refused whole.",
         )
