@@ -6,6 +6,7 @@ frame's carry-over every page switch would reset the view to the defaults.
 
 from urllib.parse import quote
 
+from helpers import settled
 from test_e2e_share import TIMEOUT, picked
 
 TEXT = "Navigation keeps pelicans in view."
@@ -27,3 +28,17 @@ def test_page_switch_keeps_the_shared_view(page, app_url):
     page.get_by_text("builtin:seed · encoder").wait_for(timeout=TIMEOUT)
     assert page.get_by_test_id("stTextArea").locator("textarea").input_value() == TEXT
     page.wait_for_function("() => location.search.includes('model=builtin%3Aseed')", timeout=TIMEOUT)
+
+
+def test_the_sidebar_names_the_home_page_home(page, app_url):
+    page.goto(app_url, timeout=TIMEOUT)
+    nav = page.get_by_test_id("stSidebarNav")
+    page.get_by_role("heading", name="attnviz").first.wait_for(timeout=TIMEOUT)
+    settled(page)
+    names = [n.strip() for n in nav.get_by_role("link").all_inner_texts()]
+    assert names == ["Home", "Attention", "Positional", "Norms", "Analysis", "Train", "Compare"], names
+    nav.get_by_role("link", name="Compare").click()
+    page.get_by_role("heading", name="Compare").first.wait_for(timeout=TIMEOUT)
+    assert page.url.rstrip("/").split("?")[0].endswith("/Compare")
+    nav.get_by_role("link", name="Home").click()
+    page.get_by_role("heading", name="attnviz").first.wait_for(timeout=TIMEOUT)
