@@ -65,3 +65,21 @@ def test_a_page_switch_after_editing_the_text_logs_no_widget_warning(monkeypatch
     finally:
         policies._LOGGER.removeHandler(handler)
     assert not [m for m in seen if "default value" in m], seen
+
+
+def test_home_has_the_attention_pages_display_options():
+    text = "The cat sat on the unbelievably soft mat."
+    view = dict(text=text, layer="2", head="5", hide_special="true", merge="true", threshold="0.05")
+    home = _run(**view)
+    assert not home.exception and not home.error
+    attention = AppTest.from_file("../pages/1_Attention.py", default_timeout=90)
+    for k, v in view.items():
+        attention.query_params[k] = v
+    attention.run()
+    detail = [s for c, s in zip(attention.get("plotly_chart"), chart_specs(attention)) if "detail" in c.proto.id]
+    heat, want = chart_specs(home)[0]["data"][0], detail[0]["data"][0]
+    assert heat["x"] == want["x"] and "[CLS]" not in heat["x"] and "unbelievably" in heat["x"]
+    np.testing.assert_array_equal(decode(heat["z"]), decode(want["z"]))
+    assert heat["zmax"] == want["zmax"] < 1  # colours up to the head's own high quantile
+    home.checkbox(key="full_range").check().run()
+    assert chart_specs(home)[0]["data"][0]["zmax"] == 1
