@@ -60,7 +60,7 @@ def test_a_page_switch_after_editing_the_text_logs_no_widget_warning(monkeypatch
         at.switch_page("pages/1_Attention.py").run()
         assert not at.exception and not at.error
         assert at.text_area(key="text").value == "Owls hunt at night."
-        at.switch_page("app.py").run()
+        at.switch_page("pages/3_Norms.py").run()
         assert at.text_area(key="text").value == "Owls hunt at night."
     finally:
         policies._LOGGER.removeHandler(handler)

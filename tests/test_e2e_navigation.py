@@ -42,3 +42,24 @@ def test_the_sidebar_names_the_home_page_home(page, app_url):
     assert page.url.rstrip("/").split("?")[0].endswith("/Compare")
     nav.get_by_role("link", name="Home").click()
     page.get_by_role("heading", name="attnviz").first.wait_for(timeout=TIMEOUT)
+
+
+def test_a_visitor_who_opens_a_page_first_sees_home_too(browser):
+    """Streamlit names the home page after its file ("app") until a run calls st.navigation: a fresh
+    server whose first visitor opens /Attention must still say Home."""
+    from conftest import start_server
+
+    proc, url = start_server()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        pg = context.new_page()
+        pg.goto(f"{url}/Attention", timeout=TIMEOUT)
+        pg.get_by_role("heading", name="Attention").first.wait_for(timeout=TIMEOUT)
+        settled(pg)
+        names = [n.strip() for n in pg.get_by_test_id("stSidebarNav").get_by_role("link").all_inner_texts()]
+        assert names[0] == "Home", names
+        assert pg.url.split("?")[0].endswith("/Attention")
+    finally:
+        context.close()
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -144,8 +144,25 @@ def remember(*keys: str) -> None:
     saved.update({k: st.session_state[k] for k in keys if k in st.session_state})
 
 
+def use_app_navigation() -> None:
+    """Run every page through app.py's ``st.navigation`` (which names the home page "Home").
+
+    Streamlit treats a ``pages/`` folder as the old multipage mode, naming the home page after its file
+    ("app"), until some run calls ``st.navigation``; a visitor who opens /Attention first would never get
+    there. One rerun through app.py fixes it for the whole server; it is only ever needed on a session's
+    first run (a page load), so no click is lost to it.
+    """
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        if "page" not in st.session_state:  # set by carry_over on every run after the first
+            st.rerun()
+
+
 def frame(title: str) -> Frame:
     """Render the shared frame and return the model and trace; stops the page with a message on bad input."""
+    use_app_navigation()
     st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
     share.read_link()
     heads.follow_click()
