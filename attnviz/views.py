@@ -218,7 +218,7 @@ def highlight_html(text: list, weights, focus: int | None = None, log_scale: boo
         style += "color:white;" if a > 0.55 else ""  # dark shading needs light text
         style += "outline:2px solid #d62728;" if i == focus else ""
         spans.append(f'{" " if space else ""}<span title="{float(w):.4f}" style="{style}">{html.escape(piece)}</span>')
-    return '<div style="line-height:2;font-size:1.05rem">' + "".join(spans) + "</div>"
+    return '<div style="line-height:2;font-size:1.05rem;overflow-wrap:anywhere">' + "".join(spans) + "</div>"
 
 
 def focus_html(view: StackView, layer: int, head: int | None, focus: int, direction: str, log_scale: bool = False,

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..views import StackView, colour_position, colour_top, focus_weights, head_weights, log_ticks
-from .common import PROB_SCALE, safe, title_above_ticks
+from .common import PROB_SCALE, safe, top_title
 from .overview import MASK_COLOUR, head_grid
 
 # Above this many cells a log-scale heatmap sends its colours as uint8 (steps of 1/255) beside the float32
@@ -61,12 +61,14 @@ def weights_heatmap(
             hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>weight {weight}<extra></extra>",
         )
     )
+    x_ticks = safe(x_labels)
+    title, top = top_title(title, x_ticks)
     fig.update_layout(
-        title=title_above_ticks(title),
+        title=title,
         xaxis=dict(title=x_title, type="category", tickangle=-60, side="top", automargin=True),
         yaxis=dict(title=y_title, type="category", autorange="reversed", automargin=True),
-        margin=dict(l=10, r=10, t=30, b=10),
-        height=min(900, 260 + 14 * len(y_labels)),
+        margin=dict(l=10, r=10, t=top, b=10),
+        height=top + min(800, 200 + 14 * len(y_labels)),
     )
     if masked is not None and np.asarray(masked).any():
         _mask_shape(fig, np.asarray(masked, bool))
@@ -108,8 +110,9 @@ def focus_bars(weights: np.ndarray, labels, title: str = "", axis_title: str = "
             hovertemplate=f"{axis_title} %{{x}}<br>weight %{{y:.3g}}<extra></extra>",
         )
     )
+    title, top = top_title(title, top_axis=False)
     fig.update_layout(
-        title=title_above_ticks(title), height=320, margin=dict(l=10, r=10, t=30, b=10),
+        title=title, height=290 + top, margin=dict(l=10, r=10, t=top, b=10),
         xaxis=dict(title=axis_title, type="category", tickangle=-60), yaxis=dict(title="weight", rangemode="tozero"),
     )
     return fig
@@ -134,12 +137,13 @@ def explorer_figures(
     if focus is None:
         return figs
     token, along, axis = (view.q_labels, view.k_labels, "key") if direction == "to" else (view.k_labels, view.q_labels, "query")
-    quoted = f"“{html.escape(token[focus], quote=False)}”"
+    word = token[focus] if len(token[focus]) <= 20 else token[focus][:19] + "…"  # titles stay phone-wide
+    quoted = f"“{html.escape(word, quote=False)}”"
     what = f"what {quoted} attends to" if direction == "to" else f"what attends to {quoted}"
     figs["focus"] = focus_bars(focus_weights(head_weights(view, layer, head), focus, direction), along, f"{what} · {name}", axis)
     figs["focus_heads"] = weights_heatmap(
         focus_weights(view.attn[layer], focus, direction), [str(h) for h in range(n_heads)], along,
         f"{what} · every head of layer {layer}", y_title="head", x_title=axis, **scale,
     )
-    figs["focus_heads"].update_layout(height=180 + 22 * n_heads)
+    figs["focus_heads"].update_layout(height=figs["focus_heads"].layout.margin.t + 80 + 22 * n_heads)
     return figs

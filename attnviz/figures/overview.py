@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
 from ..views import colour_position, colour_tops
-from .common import PROB_SCALE, title_above_ticks
+from .common import PROB_SCALE, top_title
 
 TILE = 64  # pixels per tile side at most; more than a tile ever gets on screen in a 12-head row
 MASK_COLOUR = "#d9d9d9"  # cells a causal model cannot attend to (future tokens), here and in the heatmaps
@@ -93,17 +93,19 @@ def head_grid(attn: np.ndarray, masked: np.ndarray | None = None, selected: tupl
         fig.add_shape(type="rect", x0=x0, x1=x1, y0=l * sq - 1, y1=l * sq + sq - 1,
                       line=dict(color="#d62728", width=2))
     scale = "colours 0–1" if full_range or log_scale else "each head on its own colour range"
+    title, top = top_title(f"all {L} layers × {H} heads · {scale} · click a head to open it")
     fig.update_layout(
-        title=title_above_ticks(f"all {L} layers × {H} heads · {scale} · click a head to open it"),
+        title=title,
         xaxis=dict(title="head", tickvals=np.arange(H) * sk + (sk - 2) / 2, ticktext=[str(h) for h in range(H)],
-                   side="top", fixedrange=True, showgrid=False, zeroline=False),
+                   side="top", fixedrange=True, showgrid=False, zeroline=False, range=[-0.5, image.shape[1] - 0.5]),
         # Pixels need not be square: the mosaic fills whatever width the page gives it, with no empty bands.
         yaxis=dict(title="layer", tickvals=np.arange(L) * sq + (sq - 2) / 2, ticktext=[str(l) for l in range(L)],
-                   fixedrange=True, showgrid=False, zeroline=False, scaleanchor=False, constrain="range"),
+                   fixedrange=True, showgrid=False, zeroline=False, scaleanchor=False,
+                   range=[image.shape[0] - 0.5, -0.5]),
         hovermode="closest",
         hoverdistance=-1,
         dragmode=False,
-        margin=dict(l=10, r=10, t=30, b=10),
-        height=int(min(800, max(260, 120 + 900 * L / H))),
+        margin=dict(l=10, r=10, t=top, b=10),
+        height=top + int(min(700, max(200, 40 + 900 * L / H))),
     )
     return fig

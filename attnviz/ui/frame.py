@@ -28,6 +28,14 @@ SAMPLES = {
 DEFAULT_TEXT = SAMPLES["Coreference"]
 
 
+# Columns that hold a chart stack once two of them no longer fit side by side (Streamlit itself stacks
+# columns only below 640 px of window, so at 800 px a chart beside another was ~90 px wide).
+LAYOUT_CSS = (
+    ".stHorizontalBlock:has(> .stColumn .stPlotlyChart) { flex-wrap: wrap; }"
+    ".stColumn:has(.stPlotlyChart) { min-width: min(100%, 26rem); }"
+)
+
+
 class Frame(NamedTuple):
     key: str  # model key
     model: object  # the loaded backend
@@ -164,6 +172,7 @@ def frame(title: str) -> Frame:
     """Render the shared frame and return the model and trace; stops the page with a message on bad input."""
     use_app_navigation()
     st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
+    st.markdown(f"<style>{LAYOUT_CSS}</style>", unsafe_allow_html=True)  # our own constant, no user text
     share.read_link()
     heads.follow_click()
     carry_over(title)
