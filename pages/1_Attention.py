@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from attnviz.figures.attention import explorer_figures
+from attnviz.figures.attention import explorer_figures, link_grid
 from attnviz.export import figure_name
 from attnviz.ui.display import display_options
 from attnviz.ui.frame import frame, layer_head
@@ -57,6 +57,22 @@ def explore(name: str) -> None:
         st.html(focus_html(view, layer, head, focus, direction, log_scale, full_range))
         st.plotly_chart(figs["focus"], key=f"focus_{name}")
         st.plotly_chart(figs["focus_heads"], key=f"focus_heads_{name}")
+    links(view, name)
+
+
+def links(view, name: str) -> None:
+    """Which heads link two tokens: one weight per head for a chosen query and key; a click opens that head."""
+    st.subheader("Which heads link two tokens?")
+    c1, c2 = st.columns(2)
+    q_names, k_names = view.q_labels, view.k_labels
+    query = c1.selectbox("Query token (the one that looks)", q_names, index=max(0, len(q_names) - 2),
+                         key="link_query", bind="query-params")
+    key = c2.selectbox("Key token (the one looked at)", k_names, index=min(1, len(k_names) - 1),
+                       key="link_key", bind="query-params")
+    q, k = q_names.index(query), k_names.index(key)
+    if view.masked is not None and view.masked[q, k]:
+        st.caption("A causal model's query never sees a later token: every head gives this pair 0.")
+    head_chart(link_grid(view, q, k), f"links_{name}", view.attn.shape[1], page=None)
 
 
 st.title("Attention")

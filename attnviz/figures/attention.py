@@ -8,6 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..views import StackView, colour_position, colour_top, focus_weights, head_weights, log_ticks
+from .analysis import head_map
 from .common import PROB_SCALE, safe, top_title
 from .overview import MASK_COLOUR, head_grid
 
@@ -147,3 +148,12 @@ def explorer_figures(
     )
     figs["focus_heads"].update_layout(height=figs["focus_heads"].layout.margin.t + 80 + 22 * n_heads)
     return figs
+
+
+def link_grid(view: StackView, query: int, key: int) -> go.Figure:
+    """Which heads link two tokens: the weight query ``query`` gives key ``key`` in every head, as one
+    layer × head map (colours from 0 to the largest), each cell a point that opens its head."""
+    values = view.attn[:, :, query, key]  # (L, H)
+    top = max(float(values.max()), 1e-6)
+    title = f"how much “{view.q_labels[query]}” attends to “{view.k_labels[key]}” · click a head to open it"
+    return head_map(values, title, (0.0, top), value_name="weight")
