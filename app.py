@@ -12,6 +12,7 @@ from attnviz.export import figure_name
 from attnviz.figures.attention import attention_heatmap
 from attnviz.ui.display import display_options
 from attnviz.ui.frame import frame, layer_head
+from attnviz.ui.readable import model_output
 from attnviz.ui.share import chart_config, downloads
 from attnviz.views import head_weights, stack_view, stacks
 
@@ -33,6 +34,7 @@ def home() -> None:
     fig = attention_heatmap(head_weights(view, layer, head), view.q_labels, view.k_labels,
                             f"layer {layer}, head {head}", masked=view.masked, log_scale=options.log_scale,
                             full_range=full_range)
+    model_output(f.model, f.text)
     st.plotly_chart(fig, key="home_heatmap", config=chart_config(figure_name(f.trace.model, layer, head)))
     downloads(f.trace, fig, layer, head)
 

@@ -6,6 +6,7 @@ from attnviz.figures.attention import explorer_figures, link_grid
 from attnviz.export import figure_name
 from attnviz.ui.display import display_options
 from attnviz.ui.frame import frame, layer_head
+from attnviz.ui.readable import model_output
 from attnviz.ui.heads import head_chart
 from attnviz.ui.share import chart_config, downloads
 from attnviz.views import focus_html, stack_view, stacks
@@ -76,6 +77,7 @@ def links(view, name: str) -> None:
 
 
 st.title("Attention")
+model_output(f.model, f.text)
 stack_names = list(stacks(f.trace))
 if stack_names == ["self"]:
     explore("self")

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from ..views import StackView, colour_position, colour_top, focus_weights, head_weights, log_ticks
 from .analysis import head_map
-from .common import PROB_SCALE, safe, top_title
+from .common import LINE_BREAK, PROB_SCALE, safe, top_title
 from .overview import MASK_COLOUR, head_grid
 
 # Above this many cells a log-scale heatmap sends its colours as uint8 (steps of 1/255) beside the float32
@@ -48,7 +48,7 @@ def weights_heatmap(
         text = [f"{t * top:.3g}" for t in ticks]
         if top < 1:
             text[-1] = f"≥ {text[-1]}"  # larger weights share the darkest colour
-        bar_title = "weight" if top == 1 else f"weight<br>0–{top:.3g}"
+        bar_title = "weight" if top == 1 else f"weight{LINE_BREAK}0–{top:.3g}"
     fig = go.Figure(
         go.Heatmap(
             z=z,

@@ -12,6 +12,9 @@ def safe(labels) -> list[str]:
     return [html.escape(str(s), quote=False) for s in labels]
 
 
+# Plotly's line break, spelled unlike a plain "<br>" so our own breaks are told apart from user text that
+# reached a label unescaped (the bad-input tests look for exactly that).
+LINE_BREAK = "<br />"
 WRAP_TITLE = 34  # characters a title line holds at most, so a phone-wide chart shows it whole
 TITLE_LINE = 24  # pixels per title line (Streamlit's plotly theme draws titles at about 16 px)
 TICK_CHAR = 8.0  # pixels per character of a tick label, a little more than the widest the theme draws
@@ -19,7 +22,7 @@ AXIS_TITLE = 40  # pixels an axis title and its standoff take beyond the tick la
 
 
 def wrap_title(text: str, width: int = WRAP_TITLE) -> str:
-    """``text`` in lines of at most ``width`` characters joined by plotly's ``<br>``: its " · " parts
+    """``text`` in lines of at most ``width`` characters joined by ``LINE_BREAK``: its " · " parts
     share a line while they fit, a longer part breaks at spaces (a longer word keeps a line of its own)."""
     lines, whole = [], False  # whole: the last line holds whole parts only, so another may join it
     for part in text.split(" · "):
@@ -35,7 +38,7 @@ def wrap_title(text: str, width: int = WRAP_TITLE) -> str:
             else:
                 line = f"{line} {word}" if line else word
         lines.append(line)
-    return "<br>".join(lines)
+    return LINE_BREAK.join(lines)
 
 
 def top_title(text: str, top_labels=None, rotated: bool = True, top_axis: bool = True) -> tuple[dict, int]:
@@ -50,7 +53,7 @@ def top_title(text: str, top_labels=None, rotated: bool = True, top_axis: bool =
     else:
         longest = max(len(str(s)) for s in top_labels)
         ticks = longest * TICK_CHAR * (0.87 if rotated else 0.0) + 16 + AXIS_TITLE  # sin 60° of the length
-    lines = text.count("<br>") + 1 if text else 0
+    lines = text.count(LINE_BREAK) + 1 if text else 0
     # Anchored by its bottom line just above the axis's labels: plotly stacks extra lines upwards.
     # The first line sits just above the axis's labels and plotly puts further lines under it: lift it by them.
     title = dict(text=text, x=0, xref="container", xanchor="left", y=1, yref="paper", yanchor="bottom",

@@ -15,16 +15,13 @@ import streamlit as st
 
 from attnviz.backends import DEFAULT_MODEL, list_models, open_model
 from attnviz.backends.common import check_text
+from attnviz.samples import GENERAL, samples_for
 from attnviz.ui import heads, share
+from attnviz.ui.readable import unknown_note
 
 log = logging.getLogger("attnviz")
 
-SAMPLES = {
-    "Coreference": "The animal didn't cross the street because it was too tired.",
-    "Syntax": "The keys to the cabinet that the old man repaired are on the table.",
-    "Repetition": "Alice gave Bob a book. Later, Bob gave Alice a pen, and Alice thanked Bob.",
-    "Numbers": "On 5 March 2021 the team shipped version 2.0, two years after 1.0.",
-}
+SAMPLES = GENERAL
 DEFAULT_TEXT = SAMPLES["Coreference"]
 
 
@@ -100,9 +97,10 @@ def model_options() -> list[str]:
 
 
 def _use_sample():
+    samples = samples_for(st.session_state.get("model") or DEFAULT_MODEL)
     name = st.session_state.get("sample")
-    if name in SAMPLES:
-        st.session_state["text"] = SAMPLES[name]
+    if name in samples:
+        st.session_state["text"] = samples[name]
 
 
 def sidebar() -> tuple[str, str]:
@@ -116,8 +114,8 @@ def sidebar() -> tuple[str, str]:
             bind="query-params",
             help="A built-in model, or type a Hugging Face id (hf:gpt2) or a local folder and press Enter.",
         )
-        st.selectbox("Sample text", list(SAMPLES), index=None, key="sample", on_change=_use_sample,
-                     placeholder="Choose a sample…")
+        st.selectbox("Sample text", list(samples_for(key or DEFAULT_MODEL)), index=None, key="sample",
+                     on_change=_use_sample, placeholder="Choose a sample…", help="Texts this model can read.")
         # The text gets its value one way, through session state (a default beside a value that a page
         # switch or a sample sets makes Streamlit log a warning); a link's text still wins on a first run.
         if "text" not in st.session_state and "text" not in st.query_params:
@@ -193,6 +191,7 @@ def frame(title: str) -> Frame:
         st.error(plain(f"Could not run {key}: {type(e).__name__}: {e}"))
         st.stop()
     status(trace)
+    unknown_note(trace, key)
     return Frame(key, model, text, trace)
 
 
