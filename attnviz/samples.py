@@ -21,6 +21,14 @@ DATES = {  # the date task: written-out dates in, ISO dates out
     "No weekday": "the 3rd of January 2030",
     "Autumn": "Sunday, the 12th of October 1986",
 }
+# Compare starts with A's text against one that changes a single thing; texts not here start with B empty.
+CONTRASTS = {
+    GENERAL["Coreference"]: "The animal didn't cross the street because it was too wide.",
+    GENERAL["Syntax"]: "The key to the cabinets that the old man repaired is on the table.",
+    GENERAL["Repetition"]: "Alice gave Bob a book. Later, Carol gave Dave a pen, and Erin thanked Frank.",
+    GENERAL["Numbers"]: "On 6 April 2022 the team shipped version 3.0, one year after 2.0.",
+    **{text: other for pair in (REVIEWS, DATES) for text, other in zip(pair.values(), list(pair.values())[1:])},
+}
 BY_MODEL = {
     "builtin:classifier": REVIEWS,
     "builtin:translator": DATES,

@@ -40,6 +40,9 @@ head_chart(head_map(stats[stat], f"{STATS[stat].label} · click a head to open i
 st.caption(f"{STATS[stat].formula}.")
 st.dataframe(head_table(stats), hide_index=True, key="stat_table")
 
+ROLLOUT_LATEX = (r"\tilde A_l = \tfrac12\,\bar A_l + \tfrac12\,I \;\text{(rows renormalised)},\qquad "
+                 r"R_l = \tilde A_l\, R_{l-1},\quad R_0 = \tilde A_0")
+
 st.header("Rollout and flow")
 c1, c2, c3 = st.columns(3)
 method = c1.radio("Method", ["rollout", "flow"], key="relevance_method", bind="query-params", horizontal=True)
@@ -47,6 +50,8 @@ target = c2.selectbox("Output position", list(range(T)), index=T - 1 if trace.ki
                       format_func=names.__getitem__, key="relevance_target")
 layer = c3.selectbox("After layer", list(range(L)), index=L - 1, key="relevance_layer")
 st.caption(f"{ROLLOUT}." if method == "rollout" else f"Attention flow: {FLOW}. Computed up to {FLOW_MAX_TOKENS} tokens.")
+if method == "rollout":
+    st.latex(ROLLOUT_LATEX)
 if method == "rollout":
     relevance = kept("rollout", trace, None, lambda: rollout(trace.attentions))[:, target]  # (L, T)
 elif T > FLOW_MAX_TOKENS:
