@@ -65,6 +65,16 @@ def test_positional_page(key, model):
     assert info.kind == KIND[model]
     if info.kind in ("learned", "sinusoidal"):
         np.testing.assert_allclose(_z(charts["the model's position table"]), info.table, atol=1e-6)
+        table = charts["the model's position table"]["data"][0]
+        lim = np.percentile(np.abs(info.table), 99)  # a robust range, so a few large entries do not grey the rest
+        assert table["zmax"] == pytest.approx(lim, rel=1e-5) and table["zmin"] == -table["zmax"]
+        centred = info.table - info.table.mean(0)
+        u, sv, _ = np.linalg.svd(centred.astype(np.float64), full_matrices=False)
+        curves = charts["the positions' first principal components"]["data"]
+        for i, curve in enumerate(curves):
+            got, want = decode(curve["y"]), u[:, i] * sv[i]
+            np.testing.assert_allclose(np.abs(got), np.abs(want), rtol=1e-4, atol=1e-4 * sv[0])
+            assert f"({sv[i] ** 2 / (sv ** 2).sum():.0%} of variance)" in curve["name"]
         sim = _z(charts["cosine between the model's positions"])
         np.testing.assert_allclose(sim, similarity(info.table, "cosine"), atol=1e-5)
     if info.kind == "relative":
