@@ -261,8 +261,15 @@ def stats_csv(trace) -> str:
 def figure_html(fig, offline: bool = True) -> str:
     """A standalone HTML page of ``fig``. ``offline`` inlines plotly.js (~4.8 MB) so the file works
     without a network and keeps working as CDNs change; ``offline=False`` loads it from the CDN (~10 kB)."""
-    return fig.to_html(include_plotlyjs=True if offline else "cdn", full_html=True,
-                       config={"displaylogo": False})
+    page = fig.to_html(include_plotlyjs=True if offline else "cdn", full_html=True, config={"displaylogo": False})
+    return page.replace("<head>", f"<head><title>{page_title(fig)}</title>", 1)
+
+
+def page_title(fig) -> str:
+    """The figure's title as a page's ``<title>``: plotly markup (``<br>``, ``<b>``) dropped; labels in a
+    figure are escaped already, so the text stays escaped."""
+    text = re.sub(r"<[^>]*>", " ", fig.layout.title.text or "")
+    return " ".join(text.split()) or "attnviz"
 
 
 def write_figure(fig, path, offline: bool = True) -> Path:

@@ -19,6 +19,23 @@ STATS = {
     "ffn_ratio": "ffn_out / residual_in: the feed-forward update relative to the stream entering the layer",
 }
 
+# What the Norms page calls each statistic (the table and the CSV keep the short keys).
+NAMES = {
+    "residual_in": "residual stream entering the layer",
+    "residual_out": "residual stream leaving the layer",
+    "attn_out": "attention update",
+    "ffn_out": "feed-forward update",
+    "ln1_in_mean": "mean of the attention LayerNorm's input",
+    "ln1_in_std": "spread (std) of the attention LayerNorm's input",
+    "ln1_out": "attention LayerNorm's output",
+    "ln2_in_mean": "mean of the feed-forward LayerNorm's input",
+    "ln2_in_std": "spread (std) of the feed-forward LayerNorm's input",
+    "ln2_out": "feed-forward LayerNorm's output",
+    "attn_share": "attention's share of the update",
+    "attn_ratio": "attention update ÷ residual stream",
+    "ffn_ratio": "feed-forward update ÷ residual stream",
+}
+
 
 def residual_norms(hidden_states: np.ndarray) -> np.ndarray:
     """(L+1, T) L2 norm of each hidden state: the embeddings, then each layer's output."""

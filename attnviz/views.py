@@ -146,11 +146,36 @@ def _words_text(tokens, spans) -> list:
     return [(w, i > 0) for i, w in enumerate(words)]
 
 
-def colour_position(w: np.ndarray, log_scale: bool) -> np.ndarray:
-    """Where weights sit on the 0–1 colour scale: the weight itself, or its log over LOG_DECADES decades."""
+def colour_top(w: np.ndarray, masked: np.ndarray | None = None) -> float:
+    """The weight that gets the darkest colour: a head's own high quantile, so a diffuse head over many
+    tokens (every weight ~1/T) is not a blank square on a 0–1 scale.
+
+    The larger of the 99th percentile and the median row's largest weight (a head whose rows each put
+    everything on one token keeps its top at that weight), in (0, 1]; over the cells not ``masked``.
+    """
+    w = np.asarray(w, np.float32)
+    if w.size == 0:
+        return 1.0
+    shown = w[~np.asarray(masked, bool)] if masked is not None else w.ravel()
+    top = max(float(np.percentile(shown, 99)) if shown.size else 0.0, float(np.median(w.max(-1))))
+    return float(min(1.0, top)) if top > 0 else 1.0
+
+
+def colour_tops(attn: np.ndarray) -> np.ndarray:
+    """(L, H) ``colour_top`` of every head of (L, H, Tq, Tk), in one pass."""
+    attn = np.asarray(attn, np.float32)
+    top = np.maximum(np.percentile(attn, 99, axis=(-2, -1)), np.median(attn.max(-1), -1))
+    return np.where(top > 0, np.minimum(top, 1.0), 1.0).astype(np.float32)
+
+
+def colour_position(w: np.ndarray, log_scale: bool, top=1.0) -> np.ndarray:
+    """Where weights sit on the 0–1 colour scale: the weight over ``top`` (clipped at 1; ``top`` may be an
+    array that broadcasts), or its log over LOG_DECADES decades (which ignores ``top``)."""
     w = np.asarray(w, np.float32)
     if not log_scale:
-        return w
+        if np.all(np.asarray(top) == 1):
+            return w
+        return np.clip(w / np.asarray(top, np.float32), 0, 1).astype(np.float32)
     with np.errstate(divide="ignore"):
         return np.clip((np.log10(w) + LOG_DECADES) / LOG_DECADES, 0, 1).astype(np.float32)
 
@@ -174,24 +199,29 @@ def focus_weights(attn: np.ndarray, index: int, direction: str) -> np.ndarray:
     raise ValueError(f"direction must be 'to' or 'from', not {direction!r}")
 
 
-def highlight_html(text: list, weights, focus: int | None = None, log_scale: bool = False) -> str:
-    """The text as escaped HTML spans, each shaded by its weight (background alpha = colour position).
+def highlight_html(text: list, weights, focus: int | None = None, log_scale: bool = False, top: float = 1.0) -> str:
+    """The text as escaped HTML spans, each shaded by its weight (background alpha = colour position,
+    ``top`` the weight shaded darkest).
 
     ``text`` is (piece, space before) per position; ``focus`` is outlined.
     """
-    alpha = colour_position(np.asarray(weights), log_scale)
+    alpha = colour_position(np.asarray(weights), log_scale, top)
     spans = []
     for i, ((piece, space), a, w) in enumerate(zip(text, alpha, weights)):
         style = f"background:rgba(33,113,181,{float(a):.3f});border-radius:3px;padding:0 1px;"
         style += "color:white;" if a > 0.55 else ""  # dark shading needs light text
         style += "outline:2px solid #d62728;" if i == focus else ""
         spans.append(f'{" " if space else ""}<span title="{float(w):.4f}" style="{style}">{html.escape(piece)}</span>')
-    return '<div style="line-height:2;font-size:1.05rem">' + "".join(spans) + "</div>"
+    return '<div style="line-height:2;font-size:1.05rem;overflow-wrap:anywhere">' + "".join(spans) + "</div>"
 
 
-def focus_html(view: StackView, layer: int, head: int | None, focus: int, direction: str, log_scale: bool = False) -> str:
-    """The text shaded by what token ``focus`` attends to (``"to"``) or by how much each token attends to it (``"from"``)."""
-    w = focus_weights(head_weights(view, layer, head), focus, direction)
+def focus_html(view: StackView, layer: int, head: int | None, focus: int, direction: str, log_scale: bool = False,
+               full_range: bool = False) -> str:
+    """The text shaded by what token ``focus`` attends to (``"to"``) or by how much each token attends to it
+    (``"from"``), on the same colour range as the head's heatmap."""
+    attn = head_weights(view, layer, head)
+    w = focus_weights(attn, focus, direction)
     text = view.k_text if direction == "to" else view.q_text
-    return highlight_html(text, w, None if view.name == "cross" else focus, log_scale)
+    top = 1.0 if full_range else colour_top(attn, view.masked)
+    return highlight_html(text, w, None if view.name == "cross" else focus, log_scale, top)
 

@@ -1,15 +1,16 @@
 """Attention explorer: every layer and head at a glance, any head in detail, any token's view."""
 
-from functools import partial
-
 import streamlit as st
 
-from attnviz.figures.attention import QUANTISE_ABOVE, explorer_figures
+from attnviz.figures.attention import explorer_figures, link_grid
 from attnviz.export import figure_name
 from attnviz.ui.derived import derived
+from attnviz.ui.display import display_options
 from attnviz.ui.frame import frame, layer_head
+from attnviz.ui.readable import model_output
+from attnviz.ui.heads import head_chart
 from attnviz.ui.share import chart_config, downloads
-from attnviz.views import Options, focus_html, stack_view, stacks
+from attnviz.views import focus_html, stack_view, stacks
 
 TABS = {"encoder": "Encoder", "decoder": "Decoder", "cross": "Cross"}
 AXES = {
@@ -20,18 +21,8 @@ AXES = {
 DIRECTIONS = {"attends to": "to", "attended by": "from"}  # label (also the link's value) -> row or column
 
 f = frame("Attention")
-with st.sidebar:
-    st.subheader("Display")
-    hide = st.checkbox("Hide special tokens", key="hide_special", bind="query-params",
-                       help="Drop [CLS], [SEP], <s>, … from both axes.")
-    renorm = st.checkbox("Renormalise rows", True, key="renorm", bind="query-params", disabled=not hide,
-                         help="After hiding special tokens, rescale each row to sum to 1 again.")
-    merge = st.checkbox("Merge subwords into words", key="merge", bind="query-params",
-                        help="Sum over a word's pieces as keys, average over them as queries; rows still sum to 1.")
-    threshold = st.slider("Hide weights below", 0.0, 0.5, 0.0, 0.01, key="threshold", bind="query-params")
-    log_scale = st.checkbox("Log colour scale", key="log_scale", bind="query-params",
-                            help="Colours follow log10(weight) from 0.0001 to 1, so small weights show.")
-options = Options(hide, renorm, merge, threshold, log_scale)
+options, full_range = display_options()
+log_scale = options.log_scale
 
 
 def view_of(name: str):
@@ -39,14 +30,6 @@ def view_of(name: str):
     attn, q, k, causal = stacks(f.trace)[name]
     shown = options._replace(log_scale=False)  # the log scale only recolours
     return derived(f.trace, ("attention", name, shown), lambda: stack_view(name, attn, q, k, causal, shown))
-
-
-def open_head(chart_key: str, n_heads: int) -> None:
-    """Overview click: switch the layer and head pickers to the clicked head (point i is head i of the grid)."""
-    points = st.session_state[chart_key].selection.points
-    if points and "point_index" in points[0]:
-        layer, head = divmod(int(points[0]["point_index"]), n_heads)
-        st.session_state["layer"], st.session_state["head"] = layer, head
 
 
 def explore(name: str) -> None:
@@ -61,24 +44,38 @@ def explore(name: str) -> None:
         names = view.q_labels if direction == "to" else view.k_labels
         token = st.selectbox("Token", names, index=min(1, len(names) - 1), key="focus", bind="query-params")
     focus = names.index(token)
-    figs = explorer_figures(view, layer, head, focus, direction, log_scale)
+    figs = explorer_figures(view, layer, head, focus, direction, log_scale, full_range)
     chart_key = f"overview_{name}"
-    overview.plotly_chart(figs["overview"], key=chart_key, on_select=partial(open_head, chart_key, view.attn.shape[1]),
-                          selection_mode="points")
+    head_chart(figs["overview"], chart_key, view.attn.shape[1], page=None, where=overview)
     stack = "encoder" if name == "self" else name
     with detail:
         image = figure_name(f.trace.model, layer, head, "" if stack == "encoder" else stack)
         st.plotly_chart(figs["detail"], key=f"detail_{name}", config=chart_config(image, key=f"share_{name}"))
-        if view.attn[0, 0].size > QUANTISE_ABOVE:
-            st.caption("Weights in this heatmap are rounded to steps of 1/255 to keep the page light.")
         downloads(f.trace, figs["detail"], layer, head, stack=stack, key=f"share_{name}")
     with focus_col:
-        st.html(focus_html(view, layer, head, focus, direction, log_scale))
+        st.html(focus_html(view, layer, head, focus, direction, log_scale, full_range))
         st.plotly_chart(figs["focus"], key=f"focus_{name}")
         st.plotly_chart(figs["focus_heads"], key=f"focus_heads_{name}")
+    links(view, name)
+
+
+def links(view, name: str) -> None:
+    """Which heads link two tokens: one weight per head for a chosen query and key; a click opens that head."""
+    st.subheader("Which heads link two tokens?")
+    c1, c2 = st.columns(2)
+    q_names, k_names = view.q_labels, view.k_labels
+    query = c1.selectbox("Query token (the one that looks)", q_names, index=max(0, len(q_names) - 2),
+                         key="link_query", bind="query-params")
+    key = c2.selectbox("Key token (the one looked at)", k_names, index=min(1, len(k_names) - 1),
+                       key="link_key", bind="query-params")
+    q, k = q_names.index(query), k_names.index(key)
+    if view.masked is not None and view.masked[q, k]:
+        st.caption("A causal model's query never sees a later token: every head gives this pair 0.")
+    head_chart(link_grid(view, q, k), f"links_{name}", view.attn.shape[1], page=None)
 
 
 st.title("Attention")
+model_output(f.model, f.text)
 stack_names = list(stacks(f.trace))
 if stack_names == ["self"]:
     explore("self")

@@ -33,6 +33,12 @@ if f.trace.kind == "encoder-decoder" and info.kind != "none":
     st.caption("For an encoder–decoder this is the encoder's position information.")
 if info.table is not None and info.kind in ("learned", "sinusoidal"):
     st.plotly_chart(figs.encoding_heatmap(info.table, "the model's position table"), key="model_table")
+    st.caption("Colours run to the 99th percentile of |value|: a few large entries would otherwise turn the "
+               "rest grey.")
+    st.plotly_chart(figs.components_plot(info.table, "the positions' first principal components"),
+                    key="model_components")
+    st.caption("How to read it: each curve places every position along one of the table's main directions. "
+               "Smooth waves mean neighbouring positions get similar vectors, so the model can tell near from far.")
     model_metric = st.radio(
         "Similarity", ["dot", "cosine"], index=1, horizontal=True, key="model_metric", bind="query-params"
     )

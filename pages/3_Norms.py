@@ -6,7 +6,7 @@ import streamlit as st
 
 from attnviz.figures.attention import attention_heatmap
 from attnviz.figures.norms import layer_profile, stat_heatmap, weight_heatmap
-from attnviz.norms import STATS, layer_stats, norm_attention, norm_table
+from attnviz.norms import NAMES, STATS, layer_stats, norm_attention, norm_table
 from attnviz.tokens import labels
 from attnviz.ui.frame import frame, layer_head
 
@@ -24,14 +24,22 @@ if not trace.norms:
 st.header("Per layer and token")
 st.markdown(
     "Each layer adds an attention update and a feed-forward update to the residual stream. "
-    "**attn_share** = attn_out / (attn_out + ffn_out) says how much of the layer's change comes from attention; "
-    "**attn_ratio** and **ffn_ratio** divide each update by the norm of the stream entering the layer."
+    "*Attention's share of the update* = attention update / (attention update + feed-forward update) says how much "
+    "of the layer's change comes from attention; the two *÷ residual stream* ratios divide each update by the norm "
+    "of the stream entering the layer."
 )
-stat = st.selectbox("Statistic", list(stats), key="norm_stat", bind="query-params")
-st.caption(STATS[stat])
-st.plotly_chart(stat_heatmap(stats[stat], names, stat, share=stat == "attn_share"), key="norm_heatmap")
+by_name = {NAMES.get(k, k): k for k in stats}
+stat = by_name[st.selectbox("Statistic", list(by_name), key="norm_stat", bind="query-params")]
+st.caption(f"{STATS[stat]} (`{stat}` in the table). How to read it: one row per layer, one column per token; "
+           "brighter is larger, so a bright column is a token this statistic singles out in every layer.")
+st.plotly_chart(stat_heatmap(stats[stat], names, NAMES.get(stat, stat), share=stat == "attn_share"),
+                key="norm_heatmap")
 updates = [k for k in ("residual_in", "attn_out", "ffn_out") if k in stats]
-st.plotly_chart(layer_profile(stats, updates, "residual stream and the updates added to it"), key="norm_profile")
+profile = {NAMES[k]: stats[k] for k in updates}
+st.plotly_chart(layer_profile(profile, list(profile), "residual stream and the updates added to it"),
+                key="norm_profile")
+st.caption("How to read it: the mean over tokens, layer by layer. The stream usually grows with depth; an update "
+           "far below the stream changes little, one near it rewrites the token's representation.")
 
 st.header("Norm-based attention")
 st.markdown(
@@ -50,6 +58,9 @@ else:
     c1.plotly_chart(attention_heatmap(raw, names, names, f"α · layer {layer}, head {head}"), key="norm_raw")
     title = f"‖α f(x)‖ · layer {layer}, head {head}"
     c2.plotly_chart(weight_heatmap(weighted, names, names, title, 1.0 if normalize else None), key="norm_weighted")
+    st.caption("How to read them: rows are queries, columns keys. Left, how much each query looks at each key; "
+               "right, how much it actually takes from it. A key bright on the left but pale on the right (often "
+               "[CLS], [SEP] or punctuation) is looked at but moves little.")
 
 st.header("Table")
 table = norm_table(trace)

@@ -1,7 +1,5 @@
 """Analysis: what each head does, how much each token reaches each position, which heads matter."""
 
-from functools import partial
-
 import streamlit as st
 
 from attnviz.analysis import CAVEAT, FLOW_MAX_TOKENS, STATS, attention_flow, head_importance, head_stats, head_table, probe, rollout
@@ -14,28 +12,13 @@ from attnviz.settings import max_flows, max_forwards
 from attnviz.tokens import labels
 from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame, max_tokens
+from attnviz.ui.heads import head_chart
 from attnviz.ui.jobs import slot
 from attnviz.ui.share import plain
 
 f = frame("Analysis")
 st.title("Analysis")
 st.info(CAVEAT)
-
-if st.session_state.pop("open_head", False):
-    st.switch_page("pages/1_Attention.py", query_params={})
-
-
-def open_head(chart_key: str) -> None:
-    """A click on a head's cell: open that head on the attention page."""
-    points = st.session_state[chart_key].selection.points
-    # The cell's coordinates, not its customdata: the browser sends customdata [2, 5] as {"0": 2, "1": 5}.
-    if points and {"x", "y"} <= points[0].keys():
-        st.session_state["layer"], st.session_state["head"] = int(points[0]["y"]), int(points[0]["x"])
-        st.session_state["open_head"] = True
-
-
-def clickable(fig, key: str) -> None:
-    st.plotly_chart(fig, key=key, on_select=partial(open_head, key), selection_mode="points")
 
 
 def kept(name: str, trace, extra, compute):
@@ -54,10 +37,13 @@ L, H, T = trace.n_layers, trace.n_heads, trace.n_tokens
 st.header("What each head does")
 stat = st.selectbox("Statistic", list(STATS), format_func=lambda k: STATS[k].label, key="stat", bind="query-params")
 stats = kept("stats", trace, None, lambda: head_stats(trace))
-clickable(head_map(stats[stat], f"{STATS[stat].label} · click a head to open it", stat_range(stat, T),
-                   value_name=STATS[stat].label), "stat_map")
+head_chart(head_map(stats[stat], f"{STATS[stat].label} · click a head to open it", stat_range(stat, T),
+                    value_name=STATS[stat].label), "stat_map", H)
 st.caption(f"{STATS[stat].formula}.")
 st.dataframe(head_table(stats), hide_index=True, key="stat_table")
+
+ROLLOUT_LATEX = (r"\tilde A_l = \tfrac12\,\bar A_l + \tfrac12\,I \;\text{(rows renormalised)},\qquad "
+                 r"R_l = \tilde A_l\, R_{l-1},\quad R_0 = \tilde A_0")
 
 st.header("Rollout and flow")
 c1, c2, c3 = st.columns(3)
@@ -66,6 +52,8 @@ target = c2.selectbox("Output position", list(range(T)), index=T - 1 if trace.ki
                       format_func=names.__getitem__, key="relevance_target")
 layer = c3.selectbox("After layer", list(range(L)), index=L - 1, key="relevance_layer")
 st.caption(f"{ROLLOUT}." if method == "rollout" else f"Attention flow: {FLOW}. Computed up to {FLOW_MAX_TOKENS} tokens.")
+if method == "rollout":
+    st.latex(ROLLOUT_LATEX)
 if method == "rollout":
     relevance = kept("rollout", trace, None, lambda: rollout(trace.attentions))[:, target]  # (L, T)
 elif T > FLOW_MAX_TOKENS:
@@ -113,5 +101,5 @@ else:
         bar.empty()
         done = st.session_state["ablation"] = (f.trace, scores)
     if done and done[0] is f.trace:
-        clickable(head_map(done[1], "importance · click a head to open it", colorscale=DIVERGING,
-                           value_name="importance"), "importance_map")
+        head_chart(head_map(done[1], "importance · click a head to open it", colorscale=DIVERGING,
+                            value_name="importance"), "importance_map", H)

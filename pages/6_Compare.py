@@ -9,6 +9,7 @@ import streamlit as st
 from attnviz.analysis import CAVEAT, difference
 from attnviz.backends.common import check_text
 from attnviz.figures.analysis import difference_map
+from attnviz.samples import CONTRASTS
 from attnviz.figures.attention import attention_heatmap
 from attnviz.tokens import labels
 from attnviz.ui import share
@@ -22,10 +23,12 @@ st.title("Compare")
 st.caption("A is the sidebar's model and text; B takes another text, another model, or both.")
 st.info(CAVEAT)
 
+if "text_b" not in st.session_state and "text_b" not in st.query_params:
+    st.session_state["text_b"] = CONTRASTS.get(f.text, "")  # start with a contrasting pair, not B = A
 c1, c2 = st.columns(2)
 model_b = c1.selectbox("Model B", model_options(), index=None, key="model_b", bind="query-params",
                        accept_new_options=not share.locked(), placeholder=f"same as A ({f.key})")
-text_b = c2.text_area("Text B", "", key="text_b", bind="query-params", height=100, max_chars=share.max_chars(),
+text_b = c2.text_area("Text B", key="text_b", bind="query-params", height=100, max_chars=share.max_chars(),
                       placeholder="same as A", help="Press Ctrl+Enter (or click outside) to run.")
 key_b, text_b = model_b or f.key, text_b if text_b.strip() else f.text
 try:
@@ -78,5 +81,6 @@ else:
         st.caption(f"The token sequences differ: the difference covers the {len(d.index_a)} tokens they share "
                    f"(of {a.n_tokens} in A and {b.n_tokens} in B), aligned in order. The weights are each "
                    "sequence's own, read at those positions, so rows need not sum to 1.")
-    matched = labels([a.tokens[i] for i in d.index_a])
+    names_a = labels(a.tokens)
+    matched = [names_a[i] for i in d.index_a]  # A's own labels: "the (5)" stays "the (5)" when tokens drop out
     st.plotly_chart(difference_map(d.diff, matched, f"A − B, {where}"), key="compare_diff")

@@ -67,6 +67,8 @@ def test_head_statistics_rollout_and_the_caveat(trace):
     (text,) = [h.proto.body for h in at.get("html")]
     np.testing.assert_allclose([float(x) for x in re.findall(r'title="([\d.]+)"', text)], r[-1], atol=5e-5)
     assert any("Abnar & Zuidema 2020" in c.value for c in at.caption)
+    (formula,) = at.latex  # the rollout formula typeset, not raw text
+    assert r"R_l = \tilde A_l\, R_{l-1}" in formula.value
 
 
 def test_flow_into_a_chosen_token_and_its_length_limit(trace):
@@ -102,6 +104,25 @@ def test_ablation_button_and_clicking_a_head_opens_it(trace):
     assert at.text_area(key="text").value == TEXT
 
 
+def test_a_click_opens_that_head_whichever_page_was_open_before():
+    # Home at layer 2 head 5 first: the page switch must not bring that head back over the clicked one.
+    at = AppTest.from_file("../app.py", default_timeout=120)
+    at.query_params["text"] = TEXT
+    ok(at.run())
+    at.selectbox(key="layer").set_value(2)
+    at.selectbox(key="head").set_value(5)
+    ok(at.run())
+    ok(at.switch_page("pages/4_Analysis.py").run())
+    select(at, "stat_map", {"curve_number": 1, "point_number": 43, "point_index": 43, "x": 7, "y": 3,
+                            "customdata": {"0": 3, "1": 7}, "text": "0.5"})
+    ok(at)
+    assert at.title[0].value == "Attention"
+    assert (at.selectbox(key="layer").value, at.selectbox(key="head").value) == (3, 7)
+    assert [c for c in charts(at) if c.startswith("detail")]
+    (detail,) = [s for k, s in charts(at).items() if k.startswith("detail")]
+    assert detail["layout"]["title"]["text"] == "layer 3, head 7"
+
+
 def test_user_text_is_escaped_on_the_page():
     at = ok(run("pages/4_Analysis.py", text='<b>bold</b> & <a href="x">link</a>'))
     (text,) = [h.proto.body for h in at.get("html")]
@@ -131,7 +152,7 @@ def test_compare_two_texts_side_by_side_and_their_difference(trace):
     want = trace.attentions[2, 5][np.ix_(ia, ia)] - t_b.attentions[2, 5][np.ix_(ib, ib)]
     diff = figs["compare_diff"]["data"][0]
     np.testing.assert_allclose(decode(diff["z"]), want, atol=1e-7)
-    assert diff["x"] == labels([trace.tokens[i] for i in ia])
+    assert diff["x"] == [labels(trace.tokens)[i] for i in ia]  # A's labels, not the shared tokens renumbered
     assert any("token sequences differ" in c.value for c in at.caption)
     # The mean over heads, and B the same as A.
     at.selectbox(key="head").set_value("mean")
@@ -139,6 +160,25 @@ def test_compare_two_texts_side_by_side_and_their_difference(trace):
     ok(at.run())
     assert any("B is the same as A" in i.value for i in at.info)
     np.testing.assert_allclose(decode(charts(at)["compare_diff"]["data"][0]["z"]), 0.0, atol=0)
+
+
+def test_compare_starts_with_a_contrasting_pair_and_keeps_as_labels():
+    at = ok(run("pages/6_Compare.py"))  # A: the default text
+    text_b = at.text_area(key="text_b").value
+    assert text_b == "The animal didn't cross the street because it was too wide."
+    assert not any("B is the same as A" in i.value for i in at.info)
+    a, b = attnviz.trace(TEXT), attnviz.trace(text_b)
+    ia, ib = match(a.tokens, b.tokens)
+    diff = charts(at)["compare_diff"]["data"][0]
+    assert np.abs(decode(diff["z"])).max() > 0.01  # a difference to look at, on a scale that shows it
+    names = labels(a.tokens)
+    assert diff["x"] == [names[i] for i in ia]
+    second_the = [n for n in names if n.startswith("the (")][1]
+    assert second_the in diff["x"]  # numbered by its place in A, whatever tokens B lacks
+    # B without tokens before the second "the": the shared tokens renumbered would call it "the (4)".
+    at.text_area(key="text_b").set_value("The animal cross the street because it was too tired.")
+    x = charts(ok(at.run()))["compare_diff"]["data"][0]["x"]
+    assert second_the in x and not [n for n in x if n.startswith("the (") and n not in names]
 
 
 def test_compare_two_models_with_different_shapes_and_no_common_tokens(tiny_model):

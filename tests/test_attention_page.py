@@ -43,7 +43,7 @@ def trace():
 def test_every_figure_carries_the_trace(trace):
     at = run(text=TEXT, layer="3", head="7", focus="cat")
     figs = charts(at)
-    assert set(figs) == {"overview", "detail", "focus", "focus_heads"}
+    assert set(figs) == {"overview", "detail", "focus", "focus_heads", "links"}
     names = labels(trace.tokens)
     detail = figs["detail"]
     np.testing.assert_allclose(heat(detail), trace.attentions[3, 7], atol=1e-7)
@@ -135,7 +135,7 @@ def test_user_text_is_escaped_everywhere():
     figs = charts(at)
     ticks = figs["detail"]["data"][0]["x"] + figs["focus"]["data"][0]["x"]
     assert any("&lt;" in t for t in ticks) and not any("<" in t for t in ticks)
-    assert "<" not in figs["focus"]["layout"]["title"]["text"].replace("<br>", "")
+    assert "<" not in figs["focus"]["layout"]["title"]["text"].replace("<br />", "")  # our own line breaks only
     (page,) = [h.proto.body for h in at.get("html")]
     assert "<b>" not in page and "<a " not in page and "&lt;" in page
 
@@ -167,3 +167,26 @@ def test_an_encoder_decoder_model_gets_three_tabs_with_the_right_axes(tiny_model
     assert figs["detail"]["data"][0]["x"] == tgt
     np.testing.assert_allclose(heat(figs["detail"]), trace.decoder.attentions[0, 3], atol=1e-7)
     assert figs["detail"]["layout"]["shapes"][0]["type"] == "path"  # the decoder is causal
+
+
+def test_which_heads_link_two_tokens_and_a_click_opens_one():
+    text = "The animal didn't cross the street because it was too tired."
+    trace = attnviz.trace(text)
+    names = labels(trace.tokens)
+    at = run(text=text, link_query="it", link_key="animal")
+    figs = charts(at)
+    heat, points = figs["links"]["data"]
+    it, animal = names.index("it"), names.index("animal")
+    np.testing.assert_allclose(decode(heat["z"]), trace.attentions[:, :, it, animal], atol=1e-9)
+    assert "“it” attends to “animal”" in figs["links"]["layout"]["title"]["text"]
+    # A click on layer 3, head 7 of that grid opens the head, as the overview does.
+    (chart,) = [c for c in at.get("plotly_chart") if c.proto.id.endswith("links_self")]
+    point = {"curve_number": 1, "point_number": 43, "point_index": 43, "x": 7, "y": 3}
+    state = at._tree.get_widget_states()
+    state.widgets.append(WidgetState(id=chart.proto.id, string_value=json.dumps(
+        {"selection": {"points": [point], "point_indices": [43], "box": [], "lasso": []}})))
+    at._run(state)
+    assert not at.exception
+    assert (at.session_state["layer"], at.session_state["head"]) == (3, 7)
+    assert charts(at)["detail"]["layout"]["title"]["text"] == "layer 3, head 7"
+    assert (at.query_params["link_query"], at.query_params["link_key"]) == ("it", "animal")  # the link keeps them

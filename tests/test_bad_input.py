@@ -200,7 +200,8 @@ def test_one_token_on_every_page(page, model, short_models):
     t = attnviz.trace("x", short_models[model])
     assert (t.encoder if t.kind == "encoder-decoder" else t).n_tokens == 1
     at = run(page, model=short_models[model], text="x")
-    assert_kept(at, "x")
+    # "x" is no word the translator knows: the page says so (issue 17), and nothing else.
+    assert_kept(at, "x", ["1 of 1 tokens are unknown to this model"] if model == "translator" else ())
 
 
 # ---- models that cannot be opened, typed into the picker ----

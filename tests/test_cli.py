@@ -79,6 +79,7 @@ def test_plot_from_file_writes_html_with_the_head(runs, out, reference):
     assert runs["html"].returncode == 0, runs["html"].stderr
     page = (out / "f.html").read_text(encoding="utf-8")
     assert "layer 3, head 7" in page
+    assert "<title>builtin:minilm · layer 3, head 7</title>" in page  # a browser tab says what it shows
     np.testing.assert_allclose(decode(_plotly_data(page)[0]["z"]), reference.attentions[3, 7], atol=1e-6)
 
 

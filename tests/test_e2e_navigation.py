@@ -6,6 +6,7 @@ frame's carry-over every page switch would reset the view to the defaults.
 
 from urllib.parse import quote
 
+from helpers import settled
 from test_e2e_share import TIMEOUT, picked
 
 TEXT = "Navigation keeps pelicans in view."
@@ -27,3 +28,38 @@ def test_page_switch_keeps_the_shared_view(page, app_url):
     page.get_by_text("builtin:seed · encoder").wait_for(timeout=TIMEOUT)
     assert page.get_by_test_id("stTextArea").locator("textarea").input_value() == TEXT
     page.wait_for_function("() => location.search.includes('model=builtin%3Aseed')", timeout=TIMEOUT)
+
+
+def test_the_sidebar_names_the_home_page_home(page, app_url):
+    page.goto(app_url, timeout=TIMEOUT)
+    nav = page.get_by_test_id("stSidebarNav")
+    page.get_by_role("heading", name="attnviz").first.wait_for(timeout=TIMEOUT)
+    settled(page)
+    names = [n.strip() for n in nav.get_by_role("link").all_inner_texts()]
+    assert names == ["Home", "Attention", "Positional", "Norms", "Analysis", "Train", "Compare"], names
+    nav.get_by_role("link", name="Compare").click()
+    page.get_by_role("heading", name="Compare").first.wait_for(timeout=TIMEOUT)
+    assert page.url.rstrip("/").split("?")[0].endswith("/Compare")
+    nav.get_by_role("link", name="Home").click()
+    page.get_by_role("heading", name="attnviz").first.wait_for(timeout=TIMEOUT)
+
+
+def test_a_visitor_who_opens_a_page_first_sees_home_too(browser):
+    """Streamlit names the home page after its file ("app") until a run calls st.navigation: a fresh
+    server whose first visitor opens /Attention must still say Home."""
+    from conftest import start_server
+
+    proc, url = start_server()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        pg = context.new_page()
+        pg.goto(f"{url}/Attention", timeout=TIMEOUT)
+        pg.get_by_role("heading", name="Attention").first.wait_for(timeout=TIMEOUT)
+        settled(pg)
+        names = [n.strip() for n in pg.get_by_test_id("stSidebarNav").get_by_role("link").all_inner_texts()]
+        assert names[0] == "Home", names
+        assert pg.url.split("?")[0].endswith("/Attention")
+    finally:
+        context.close()
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -14,7 +14,7 @@ from attnviz.figures.attention import QUANTISE_ABOVE, attention_heatmap, explore
 from attnviz.figures.overview import head_grid
 from attnviz.tokens import labels, merge_subwords, word_labels
 from attnviz.traces import AttentionTrace, Seq2SeqTrace
-from attnviz.views import Options, focus_html, stack_view, stacks
+from attnviz.views import Options, colour_top, focus_html, stack_view, stacks
 from helpers import decode
 
 TOKENS = ("[CLS]", "the", "un", "##believ", "##able", "cat", "the", "[SEP]")
@@ -143,21 +143,48 @@ def test_seq2seq_stacks_put_target_on_rows_and_source_on_columns():
 def test_detail_heatmap_is_exact_for_small_texts_and_escapes_labels():
     a = softmax_rows((1, T, T))[0]
     names = labels(TOKENS[:-1] + ("<b>x</b>",))
-    fig = attention_heatmap(a, names, names, "layer 0, head 1")
+    fig = attention_heatmap(a, names, names, "layer 0, head 1", full_range=True)
     heat = fig.data[0]
     np.testing.assert_array_equal(decode(fig.to_plotly_json()["data"][0]["z"]), a)
     assert heat.x[-1] == "&lt;b&gt;x&lt;/b&gt;" and not any("<" in s for s in heat.x + heat.y)
-    assert (heat.zmin, heat.zmax) == (0, 1) and "weight %{z:.4f}" in heat.hovertemplate
+    assert (heat.zmin, heat.zmax) == (0, 1) and "weight %{z:.3g}" in heat.hovertemplate  # three significant digits
 
 
-def test_large_heatmaps_are_sent_as_uint8_within_half_a_step():
+def test_colours_run_to_the_heads_own_high_quantile_written_on_the_colour_bar():
+    n = 441  # a diffuse head over a long text: every weight near 1/n
+    a = softmax_rows((1, n, n))[0] * 0 + np.float32(1 / n)
+    a[:, 5] += 1 / n  # one column twice as strong: it must stand out
+    a /= a.sum(-1, keepdims=True)
+    names = [str(i) for i in range(n)]
+    heat = attention_heatmap(a, names, names).data[0]
+    top = colour_top(a)
+    assert heat.zmax == top and 0 < top < 0.01 and top >= a.max() * 0.99
+    np.testing.assert_array_equal(heat.z, a)  # the weights themselves, float32: hover reads them exactly
+    assert "%{z:.3g}" in heat.hovertemplate
+    assert heat.colorbar.ticktext[-1] == f"≥ {top:.3g}" and f"0–{top:.3g}" in heat.colorbar.title.text
+    # On request, the fixed 0–1 scale.
+    full = attention_heatmap(a, names, names, full_range=True).data[0]
+    assert (full.zmin, full.zmax) == (0, 1) and list(full.colorbar.ticktext) == ["0", "0.25", "0.5", "0.75", "1"]
+    # A head whose rows each put everything on one token keeps its top at that weight, not at the 99th percentile.
+    one_hot = np.eye(200, dtype=np.float32)
+    assert colour_top(one_hot) == 1.0
+
+
+def test_large_log_scale_heatmaps_are_sent_as_uint8_within_half_a_step_and_hover_the_weight():
     n = 200
     assert n * n > QUANTISE_ABOVE
     a = softmax_rows((1, n, n))[0]
-    heat = attention_heatmap(a, [str(i) for i in range(n)], [str(i) for i in range(n)]).data[0]
+    heat = attention_heatmap(a, [str(i) for i in range(n)], [str(i) for i in range(n)], log_scale=True).data[0]
     z = np.asarray(heat.z)
-    assert z.dtype == np.uint8 and heat.zmax == 255 and "/255" in heat.hovertemplate
-    assert np.abs(z / 255 - a).max() <= 0.5 / 255 + 1e-7
+    assert z.dtype == np.uint8 and heat.zmax == 255
+    with np.errstate(divide="ignore"):
+        assert np.abs(z / 255 - np.clip((np.log10(a) + 4) / 4, 0, 1)).max() <= 0.5 / 255 + 1e-7
+    # hover: the weight itself to three significant digits, not "≈ k/255"
+    np.testing.assert_array_equal(heat.customdata, a)
+    assert "%{customdata:.3g}" in heat.hovertemplate and "/255" not in heat.hovertemplate
+    # A linear heatmap this large sends the weights themselves (lighter than uint8 colours plus weights).
+    linear = attention_heatmap(a, [str(i) for i in range(n)], [str(i) for i in range(n)]).data[0]
+    np.testing.assert_array_equal(linear.z, a)
 
 
 def test_log_scale_colours_by_log10_and_hovers_the_weight():
@@ -167,7 +194,7 @@ def test_log_scale_colours_by_log10_and_hovers_the_weight():
     np.testing.assert_allclose(heat.z, [[1, 0], [0.5, (np.log10(0.99) + 4) / 4]], atol=1e-6)
     np.testing.assert_array_equal(heat.customdata, a)
     assert list(heat.colorbar.ticktext) == ["0.0001", "0.001", "0.01", "0.1", "1"]
-    assert "%{customdata:.4f}" in heat.hovertemplate
+    assert "%{customdata:.3g}" in heat.hovertemplate
 
 
 def test_masked_cells_are_covered_by_the_grey_shape_and_no_others():
@@ -182,7 +209,7 @@ def test_masked_cells_are_covered_by_the_grey_shape_and_no_others():
 
 def test_overview_tiles_show_every_head_in_the_colour_scale():
     a = softmax_rows((L, H, 5, 7))
-    fig = head_grid(a, selected=(1, 2))
+    fig = head_grid(a, selected=(1, 2), full_range=True)
     px = png_pixels(fig)
     assert px.shape == (L * 6 - 1, H * 8 - 1, 3)  # one white pixel between tiles
     for layer in range(L):
@@ -202,7 +229,7 @@ def test_overview_max_pools_long_texts_and_greys_fully_masked_blocks():
     n, tile = 150, 64
     a = softmax_rows((1, 1, n, n), causal=True)
     masked = np.triu(np.ones((n, n), bool), 1)
-    px = png_pixels(head_grid(a, masked, tile=tile))
+    px = png_pixels(head_grid(a, masked, tile=tile, full_range=True))
     assert px.shape == (tile, tile, 3)
     edges = [i * n // tile for i in range(tile)] + [n]
     for i in range(0, tile, 7):
@@ -231,13 +258,29 @@ def test_focus_text_is_escaped_and_shaded_by_weight():
     tokens = ("[CLS]", "<script>", "&", "ok", "[SEP]")
     t = AttentionTrace(tokens=tokens, attentions=softmax_rows((1, 1, 5, 5)), special=[1, 0, 0, 0, 1],
                        word_ids=[-1, 0, 1, 2, -1])
-    page = focus_html(view(t), 0, 0, 3, "to")
+    page = focus_html(view(t), 0, 0, 3, "to", full_range=True)
     assert "<script>" not in page and "&lt;script&gt;" in page and "&amp;" in page
     titles = [float(x) for x in re.findall(r'title="([\d.]+)"', page)]
     alphas = [float(x) for x in re.findall(r"rgba\(33,113,181,([\d.]+)\)", page)]
     np.testing.assert_allclose(titles, t.attentions[0, 0, 3], atol=5e-5)
     np.testing.assert_allclose(alphas, t.attentions[0, 0, 3], atol=5e-4)
     assert page.count("outline") == 1
+    # By default the shading runs to the head's own high quantile, as its heatmap's colours do.
+    page = focus_html(view(t), 0, 0, 3, "to")
+    alphas = [float(x) for x in re.findall(r"rgba\(33,113,181,([\d.]+)\)", page)]
+    top = colour_top(t.attentions[0, 0])
+    np.testing.assert_allclose(alphas, np.clip(t.attentions[0, 0, 3] / top, 0, 1), atol=5e-4)
+
+
+def test_overview_tiles_of_diffuse_heads_are_not_blank():
+    n = 300
+    a = np.full((1, 2, n, n), 1 / n, np.float32)
+    a[0, :, :, 7] *= 3  # one key stands out a little
+    a /= a.sum(-1, keepdims=True)
+    scaled, full = png_pixels(head_grid(a)), png_pixels(head_grid(a, full_range=True))
+    white = np.array([255, 255, 255])
+    assert (np.abs(full[:, :64] - white).max(-1) <= 12).all()  # on 0–1 the head is (almost) a white square
+    assert (np.abs(scaled[:, :64] - white).max(-1) > 40).mean() > 0.9  # on its own range it shows
 
 
 def test_minilm_at_512_tokens_fits_in_two_megabytes():

@@ -13,7 +13,7 @@ from streamlit.runtime.memory_media_file_storage import _calculate_file_id
 from streamlit.testing.v1 import AppTest
 
 from attnviz.backends import load
-from attnviz.norms import layer_stats, norm_attention, norm_table
+from attnviz.norms import NAMES, layer_stats, norm_attention, norm_table
 from attnviz.positions import attention_by_offset, position_info, similarity, sinusoidal
 from attnviz.tokens import labels
 from helpers import chart_specs, decode
@@ -65,6 +65,16 @@ def test_positional_page(key, model):
     assert info.kind == KIND[model]
     if info.kind in ("learned", "sinusoidal"):
         np.testing.assert_allclose(_z(charts["the model's position table"]), info.table, atol=1e-6)
+        table = charts["the model's position table"]["data"][0]
+        lim = np.percentile(np.abs(info.table), 99)  # a robust range, so a few large entries do not grey the rest
+        assert table["zmax"] == pytest.approx(lim, rel=1e-5) and table["zmin"] == -table["zmax"]
+        centred = info.table - info.table.mean(0)
+        u, sv, _ = np.linalg.svd(centred.astype(np.float64), full_matrices=False)
+        curves = charts["the positions' first principal components"]["data"]
+        for i, curve in enumerate(curves):
+            got, want = decode(curve["y"]), u[:, i] * sv[i]
+            np.testing.assert_allclose(np.abs(got), np.abs(want), rtol=1e-4, atol=1e-4 * sv[0])
+            assert f"({sv[i] ** 2 / (sv ** 2).sum():.0%} of variance)" in curve["name"]
         sim = _z(charts["cosine between the model's positions"])
         np.testing.assert_allclose(sim, similarity(info.table, "cosine"), atol=1e-5)
     if info.kind == "relative":
@@ -115,9 +125,9 @@ def test_norms_page(key, model):
     trace = _side(load(k).trace(TEXT))
     stats = layer_stats(trace)
     assert set(stats) >= {"residual_in", "attn_out", "ffn_out", "ln2_in_std", "attn_share"}
-    np.testing.assert_allclose(_z(charts["residual_in"]), stats["residual_in"], rtol=1e-6)
+    np.testing.assert_allclose(_z(charts[NAMES["residual_in"]]), stats["residual_in"], rtol=1e-6)
     escaped = [html.escape(s, quote=False) for s in labels(trace.tokens)]
-    assert charts["residual_in"]["data"][0]["customdata"][0] == escaped
+    assert charts[NAMES["residual_in"]]["data"][0]["customdata"][0] == escaped
 
     raw, vn = trace.attentions[1, 2], trace.norms["value_norms"][1, 2]
     np.testing.assert_allclose(_z(charts["α · layer 1, head 2"]), raw, atol=1e-7)
@@ -138,14 +148,14 @@ def test_norms_page(key, model):
 def test_norms_controls_and_decoder_side(key):
     k = key("t5")
     # The whole view comes from the URL, as a shared link would give it.
-    view = dict(layer="2", head="3", norm_stack="decoder", norm_stat="attn_share", norm_rows="true")
+    view = dict(layer="2", head="3", norm_stack="decoder", norm_stat=NAMES["attn_share"], norm_rows="true")
     at = _run("3_Norms", model=k, text=TEXT, **view)
     charts = _ok(at)
     assert at.toggle(key="norm_rows").value
     dec = load(k).trace(TEXT).decoder
     assert dec.n_layers == 3  # layer 2 exists on the decoder side only
-    share = charts["attn_share"]["data"][0]
-    np.testing.assert_allclose(_z(charts["attn_share"]), layer_stats(dec)["attn_share"], rtol=1e-6)
+    share = charts[NAMES["attn_share"]]["data"][0]
+    np.testing.assert_allclose(_z(charts[NAMES["attn_share"]]), layer_stats(dec)["attn_share"], rtol=1e-6)
     assert (share["zmin"], share["zmax"]) == (0.0, 1.0)
     rows = _z(charts["‖α f(x)‖ · layer 2, head 3"])
     want = norm_attention(dec.attentions[2, 3], dec.norms["value_norms"][2, 3], normalize=True)
@@ -163,7 +173,7 @@ def test_both_pages_at_512_tokens():
         assert "512 tokens" in at.caption[0].value
         size = sum(len(json.dumps(s)) for s in chart_specs(at))
         assert size < 30e6, f"{page} sends {size / 1e6:.1f} MB of charts"
-    assert _z(charts["residual_in"]).shape == (6, 512)
+    assert _z(charts[NAMES["residual_in"]]).shape == (6, 512)
     assert _z(charts["‖α f(x)‖ · layer 0, head 0"]).shape == (512, 512)
 
 
@@ -193,7 +203,7 @@ def test_uncovered_family_shows_residual_norms_and_says_what_is_missing(neox):
     assert "gpt_neox is wired differently" in at.info[0].value
     trace = load(neox).trace(TEXT)
     assert trace.norms == {}
-    np.testing.assert_allclose(_z(charts["residual_in"]), layer_stats(trace)["residual_in"], rtol=1e-6)
+    np.testing.assert_allclose(_z(charts[NAMES["residual_in"]]), layer_stats(trace)["residual_in"], rtol=1e-6)
     assert list(at.dataframe[0].value.columns) == ["layer", "token_index", "token", "residual_in", "residual_out"]
     assert any("no value-vector norms" in i.value for i in at.info)
 
@@ -202,3 +212,13 @@ def test_uncovered_family_shows_residual_norms_and_says_what_is_missing(neox):
     y = decode(charts["frequency of each dimension pair"]["data"][0]["y"])
     np.testing.assert_allclose(y, [1.0, 0.01], rtol=1e-12)
     np.testing.assert_allclose(y, load(neox).net.gpt_neox.rotary_emb.inv_freq.numpy(), rtol=1e-6)
+
+
+def test_norms_speaks_plainly():
+    at = _run("3_Norms", text=TEXT)
+    charts = _ok(at)
+    assert at.selectbox(key="norm_stat").options[0] == "residual stream entering the layer"
+    assert not [o for o in at.selectbox(key="norm_stat").options if "_" in o]  # no raw key like ln1_in_mean
+    assert {"residual stream entering the layer", "attention update"} <= {
+        c["name"] for c in charts["residual stream and the updates added to it"]["data"]}
+    assert sum("How to read" in c.value for c in at.caption) == 3  # one line per chart (the pair shares one)

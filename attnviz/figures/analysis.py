@@ -7,7 +7,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import PROB_SCALE, safe
+from .common import PROB_SCALE, safe, top_title
 
 DIVERGING = "RdBu_r"  # signed values: blue below zero, red above, white at zero
 RELEVANCE_RGB = "214, 39, 40"  # the text's highlight colour; alpha carries the relevance
@@ -43,15 +43,16 @@ def head_map(values: np.ndarray, title: str, zrange: tuple[float, float] | None 
             ),
         ]
     )
+    title, top = top_title(html.escape(title, quote=False))
     fig.update_layout(
-        title=html.escape(title, quote=False),
+        title=title,
         xaxis=dict(title="head", tickvals=list(range(H)), side="top", fixedrange=True, showgrid=False, zeroline=False),
         yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed", fixedrange=True, showgrid=False,
                    zeroline=False),
         hovermode="closest",
         dragmode=False,
-        margin=dict(l=10, r=10, t=90, b=10),
-        height=int(min(700, max(260, 140 + 40 * L))),
+        margin=dict(l=10, r=10, t=top, b=10),
+        height=top + int(min(600, max(160, 40 + 40 * L))),
     )
     return fig
 
@@ -71,12 +72,13 @@ def relevance_map(relevance: np.ndarray, labels, title: str, value_name: str = "
             hovertemplate=f"after layer %{{y}}<br>token %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>",
         )
     )
+    title, top = top_title(html.escape(title, quote=False), safe(labels))
     fig.update_layout(
-        title=html.escape(title, quote=False),
+        title=title,
         xaxis=dict(title="input token", type="category", tickangle=-60, side="top"),
         yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed"),
-        margin=dict(l=10, r=10, t=120, b=10),
-        height=int(min(600, max(260, 160 + 30 * L))),
+        margin=dict(l=10, r=10, t=top, b=10),
+        height=top + int(min(500, max(160, 40 + 30 * L))),
     )
     return fig
 
@@ -109,11 +111,12 @@ def difference_map(diff: np.ndarray, labels, title: str) -> go.Figure:
             hovertemplate="query %{y}<br>key %{x}<br>A − B %{z:.4f}<extra></extra>",
         )
     )
+    title, top = top_title(html.escape(title, quote=False), safe(labels))
     fig.update_layout(
-        title=html.escape(title, quote=False),
+        title=title,
         xaxis=dict(title="key", type="category", tickangle=-60, side="top"),
         yaxis=dict(title="query", type="category", autorange="reversed"),
-        margin=dict(l=10, r=10, t=90, b=10),
-        height=min(900, 260 + 14 * len(labels)),
+        margin=dict(l=10, r=10, t=top, b=10),
+        height=top + min(800, 200 + 14 * len(labels)),
     )
     return fig

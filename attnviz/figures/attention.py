@@ -7,38 +7,48 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from ..views import StackView, colour_position, focus_weights, head_weights, log_ticks
-from .common import PROB_SCALE, safe
+from ..views import StackView, colour_position, colour_top, focus_weights, head_weights, log_ticks
+from .analysis import head_map
+from .common import LINE_BREAK, PROB_SCALE, safe, top_title
 from .overview import MASK_COLOUR, head_grid
 
-# Above this many cells a heatmap sends weights as uint8 (steps of 1/255) instead of float32: a 512×512
-# head drops from 1.5 MB to 0.37 MB of JSON, and the eye cannot tell 1/255 steps apart anyway.
+# Above this many cells a log-scale heatmap sends its colours as uint8 (steps of 1/255) beside the float32
+# weights that hover reads. A linear heatmap sends only the float32 weights: uint8 colours plus weights for
+# hover to three significant digits would cost more (at 512×512, 1.84 MB against 1.4 MB of JSON).
 QUANTISE_ABOVE = 128 * 128
 
 
 def weights_heatmap(
     w: np.ndarray, y_labels, x_labels, title: str = "", *, y_title: str = "query", x_title: str = "key",
-    masked: np.ndarray | None = None, log_scale: bool = False,
+    masked: np.ndarray | None = None, log_scale: bool = False, full_range: bool = False,
 ) -> go.Figure:
-    """A (rows, columns) heatmap of weights on a fixed 0–1 colour scale, linear or log.
+    """A (rows, columns) heatmap of weights: colours from 0 up to the weights' own high quantile
+    (``colour_top``, written on the colour bar), 0–1 with ``full_range``, or log10 with ``log_scale``.
 
     Labels must be unique per position (``attnviz.tokens.labels``) since the axes are categorical.
     ``masked`` (same shape, True on a suffix of each row) is drawn grey as "masked: future tokens".
+    Hover shows the weight to three significant digits, also when colours are sent as uint8.
     """
     w = np.asarray(w, np.float32)
     if w.shape != (len(y_labels), len(x_labels)):
         raise ValueError(f"weights are {w.shape} but there are {len(y_labels)} × {len(x_labels)} labels")
-    pos = colour_position(w, log_scale)
-    quantised = w.size > QUANTISE_ABOVE
-    top = 255 if quantised else 1
-    z = np.rint(pos * 255).astype(np.uint8) if quantised else pos
-    weight = "%{z}"
-    customdata = None
-    if log_scale:  # the colour is the log; hover still shows the weight
-        customdata = np.rint(w * 255).astype(np.uint8) if quantised else w
-        weight = "%{customdata}"
-    weight = f"≈ {weight}/255" if quantised else weight.replace("}", ":.4f}")
-    ticks, text = log_ticks() if log_scale else ([0, 0.25, 0.5, 0.75, 1], ["0", "0.25", "0.5", "0.75", "1"])
+    top = 1.0 if full_range or log_scale else colour_top(w, masked)
+    customdata, weight, zmax = None, "%{z:.3g}", top
+    z = w  # the weights themselves: zmax sets the colour range and hover reads them exactly
+    if log_scale:  # the colour is the log; hover reads the weight sent beside it
+        customdata, weight, zmax = w, "%{customdata:.3g}", 1
+        z = colour_position(w, True)
+        if w.size > QUANTISE_ABOVE:
+            z, zmax = np.rint(z * 255).astype(np.uint8), 255
+    if log_scale:
+        ticks, text = log_ticks()
+        bar_title = "weight (log)"
+    else:
+        ticks = [0, 0.25, 0.5, 0.75, 1]
+        text = [f"{t * top:.3g}" for t in ticks]
+        if top < 1:
+            text[-1] = f"≥ {text[-1]}"  # larger weights share the darkest colour
+        bar_title = "weight" if top == 1 else f"weight{LINE_BREAK}0–{top:.3g}"
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -46,18 +56,20 @@ def weights_heatmap(
             y=safe(y_labels),
             customdata=customdata,
             zmin=0,
-            zmax=top,
+            zmax=zmax,
             colorscale=PROB_SCALE,
-            colorbar=dict(title="weight", tickvals=[t * top for t in ticks], ticktext=text),
+            colorbar=dict(title=bar_title, tickvals=[t * zmax for t in ticks], ticktext=text),
             hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>weight {weight}<extra></extra>",
         )
     )
+    x_ticks = safe(x_labels)
+    title, top = top_title(title, x_ticks)
     fig.update_layout(
         title=title,
-        xaxis=dict(title=x_title, type="category", tickangle=-60, side="top"),
-        yaxis=dict(title=y_title, type="category", autorange="reversed"),
-        margin=dict(l=10, r=10, t=90 if title else 60, b=10),
-        height=min(900, 260 + 14 * len(y_labels)),
+        xaxis=dict(title=x_title, type="category", tickangle=-60, side="top", automargin=True),
+        yaxis=dict(title=y_title, type="category", autorange="reversed", automargin=True),
+        margin=dict(l=10, r=10, t=top, b=10),
+        height=top + min(800, 200 + 14 * len(y_labels)),
     )
     if masked is not None and np.asarray(masked).any():
         _mask_shape(fig, np.asarray(masked, bool))
@@ -65,7 +77,7 @@ def weights_heatmap(
 
 
 def _mask_shape(fig: go.Figure, masked: np.ndarray) -> None:
-    """Grey out each row's masked suffix with one staircase polygon, and say what it is."""
+    """Grey out each row's masked suffix with one staircase polygon, and say what it is below the plot."""
     Tq, Tk = masked.shape
     first = Tk - masked.sum(1)  # (Tq,) first masked column of each row
     corners = [(Tk - 0.5, -0.5), (Tk - 0.5, Tq - 0.5)]
@@ -74,15 +86,16 @@ def _mask_shape(fig: go.Figure, masked: np.ndarray) -> None:
     path = "M" + "L".join(f"{x:g},{y:g}" for x, y in corners) + "Z"
     fig.add_shape(type="path", path=path, fillcolor=MASK_COLOUR, line_width=0, layer="above")
     fig.add_annotation(
-        text="grey: masked (future tokens)", xref="paper", yref="paper", x=1, y=0, yanchor="top",
-        showarrow=False, font=dict(color="#777"),
+        text="grey: masked (future tokens)", xref="paper", yref="paper", x=1, xanchor="right", y=0, yanchor="top",
+        yshift=-4, showarrow=False, font=dict(color="#888"),
     )
+    fig.update_layout(margin_b=fig.layout.margin.b + 26)  # annotations do not push margins: make room
 
 
 def attention_heatmap(attn: np.ndarray, q_labels, k_labels, title: str = "", **options) -> go.Figure:
-    """One head's (Tq, Tk) weights: rows are queries, columns keys, colours fixed to 0–1.
+    """One head's (Tq, Tk) weights: rows are queries, columns keys, colours up to the head's own high quantile.
 
-    ``options``: ``masked`` (causal mask) and ``log_scale``, as in ``weights_heatmap``.
+    ``options``: ``masked`` (causal mask), ``log_scale`` and ``full_range``, as in ``weights_heatmap``.
     """
     return weights_heatmap(attn, q_labels, k_labels, title, **options)
 
@@ -95,11 +108,12 @@ def focus_bars(weights: np.ndarray, labels, title: str = "", axis_title: str = "
     fig = go.Figure(
         go.Bar(
             x=safe(labels), y=weights, marker_color="#2171b5",
-            hovertemplate=f"{axis_title} %{{x}}<br>weight %{{y:.4f}}<extra></extra>",
+            hovertemplate=f"{axis_title} %{{x}}<br>weight %{{y:.3g}}<extra></extra>",
         )
     )
+    title, top = top_title(title, top_axis=False)
     fig.update_layout(
-        title=title, height=320, margin=dict(l=10, r=10, t=50, b=10),
+        title=title, height=290 + top, margin=dict(l=10, r=10, t=top, b=10),
         xaxis=dict(title=axis_title, type="category", tickangle=-60), yaxis=dict(title="weight", rangemode="tozero"),
     )
     return fig
@@ -107,28 +121,39 @@ def focus_bars(weights: np.ndarray, labels, title: str = "", axis_title: str = "
 
 def explorer_figures(
     view: StackView, layer: int, head: int | None, focus: int | None = None, direction: str = "to",
-    log_scale: bool = False,
+    log_scale: bool = False, full_range: bool = False,
 ) -> dict[str, go.Figure]:
     """name -> figure for one stack: ``overview`` (every head), ``detail`` (one head, or the layer's mean when
     ``head`` is None) and, for a ``focus`` index, that token's weights as bars (``focus``) and per head (``focus_heads``).
+    Colours run up to each head's own high quantile, or 0–1 with ``full_range``.
     """
     n_heads = view.attn.shape[1]
     name = f"layer {layer}, mean of {n_heads} heads" if head is None else f"layer {layer}, head {head}"
+    scale = dict(log_scale=log_scale, full_range=full_range)
     figs = {
-        "overview": head_grid(view.attn, view.masked, (layer, head), log_scale),
-        "detail": attention_heatmap(
-            head_weights(view, layer, head), view.q_labels, view.k_labels, name, masked=view.masked, log_scale=log_scale
-        ),
+        "overview": head_grid(view.attn, view.masked, (layer, head), **scale),
+        "detail": attention_heatmap(head_weights(view, layer, head), view.q_labels, view.k_labels, name,
+                                    masked=view.masked, **scale),
     }
     if focus is None:
         return figs
     token, along, axis = (view.q_labels, view.k_labels, "key") if direction == "to" else (view.k_labels, view.q_labels, "query")
-    quoted = f"“{html.escape(token[focus], quote=False)}”"
+    word = token[focus] if len(token[focus]) <= 20 else token[focus][:19] + "…"  # titles stay phone-wide
+    quoted = f"“{html.escape(word, quote=False)}”"
     what = f"what {quoted} attends to" if direction == "to" else f"what attends to {quoted}"
     figs["focus"] = focus_bars(focus_weights(head_weights(view, layer, head), focus, direction), along, f"{what} · {name}", axis)
     figs["focus_heads"] = weights_heatmap(
         focus_weights(view.attn[layer], focus, direction), [str(h) for h in range(n_heads)], along,
-        f"{what} · every head of layer {layer}", y_title="head", x_title=axis, log_scale=log_scale,
+        f"{what} · every head of layer {layer}", y_title="head", x_title=axis, **scale,
     )
-    figs["focus_heads"].update_layout(height=180 + 22 * n_heads)
+    figs["focus_heads"].update_layout(height=figs["focus_heads"].layout.margin.t + 80 + 22 * n_heads)
     return figs
+
+
+def link_grid(view: StackView, query: int, key: int) -> go.Figure:
+    """Which heads link two tokens: the weight query ``query`` gives key ``key`` in every head, as one
+    layer × head map (colours from 0 to the largest), each cell a point that opens its head."""
+    values = view.attn[:, :, query, key]  # (L, H)
+    top = max(float(values.max()), 1e-6)
+    title = f"how much “{view.q_labels[query]}” attends to “{view.k_labels[key]}” · click a head to open it"
+    return head_map(values, title, (0.0, top), value_name="weight")

@@ -10,3 +10,52 @@ PROB_SCALE = "Blues"  # attention weights: 0 white, 1 dark, fixed range 0–1
 def safe(labels) -> list[str]:
     """Escape user text for plotly, which renders <a>, <b>, <br> in labels as markup."""
     return [html.escape(str(s), quote=False) for s in labels]
+
+
+# Plotly's line break, spelled unlike a plain "<br>" so our own breaks are told apart from user text that
+# reached a label unescaped (the bad-input tests look for exactly that).
+LINE_BREAK = "<br />"
+WRAP_TITLE = 34  # characters a title line holds at most, so a phone-wide chart shows it whole
+TITLE_LINE = 24  # pixels per title line (Streamlit's plotly theme draws titles at about 16 px)
+TICK_CHAR = 8.0  # pixels per character of a tick label, a little more than the widest the theme draws
+AXIS_TITLE = 40  # pixels an axis title and its standoff take beyond the tick labels
+
+
+def wrap_title(text: str, width: int = WRAP_TITLE) -> str:
+    """``text`` in lines of at most ``width`` characters joined by ``LINE_BREAK``: its " · " parts
+    share a line while they fit, a longer part breaks at spaces (a longer word keeps a line of its own)."""
+    lines, whole = [], False  # whole: the last line holds whole parts only, so another may join it
+    for part in text.split(" · "):
+        if whole and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += f" · {part}"
+            continue
+        whole = len(part) <= width
+        line = ""
+        for word in part.split(" "):
+            if line and len(line) + 1 + len(word) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        lines.append(line)
+    return LINE_BREAK.join(lines)
+
+
+def top_title(text: str, top_labels=None, rotated: bool = True, top_axis: bool = True) -> tuple[dict, int]:
+    """(layout title, top margin): the title, wrapped, at the very top of the figure, and under it room for
+    a top x axis's tick labels (``top_labels``; None: short numbers) and axis title, so no text lands on
+    other text however long the labels are. ``top_axis=False``: room for the title only."""
+    text = wrap_title(text) if text else ""
+    if not top_axis:
+        ticks = 0
+    elif top_labels is None or not len(top_labels):
+        ticks = 26 + AXIS_TITLE
+    else:
+        longest = max(len(str(s)) for s in top_labels)
+        ticks = longest * TICK_CHAR * (0.87 if rotated else 0.0) + 16 + AXIS_TITLE  # sin 60° of the length
+    lines = text.count(LINE_BREAK) + 1 if text else 0
+    # Anchored by its bottom line just above the axis's labels: plotly stacks extra lines upwards.
+    # The first line sits just above the axis's labels and plotly puts further lines under it: lift it by them.
+    title = dict(text=text, x=0, xref="container", xanchor="left", y=1, yref="paper", yanchor="bottom",
+                 pad=dict(b=int(ticks + (lines - 1) * TITLE_LINE + 10), l=10), automargin=False)
+    return title, int(22 + lines * TITLE_LINE + ticks)

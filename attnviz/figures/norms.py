@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import safe
+from .common import safe, top_title
 
 MAX_TICKS = 60  # more token labels than this overlap: the axis keeps numbers and hover names the token
 
@@ -62,11 +62,12 @@ def weight_heatmap(z: np.ndarray, q_labels, k_labels, title: str = "", zmax: flo
             hovertemplate="query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>",
         )
     )  # fmt: skip
+    title, top = top_title(title, safe(k_labels))
     fig.update_layout(
         title=title,
         xaxis=dict(title="key", type="category", tickangle=-60, side="top"),
         yaxis=dict(title="query", type="category", autorange="reversed"),
-        margin=dict(l=10, r=10, t=90 if title else 60, b=10),
-        height=min(900, 260 + 14 * len(q_labels)),
+        margin=dict(l=10, r=10, t=top, b=10),
+        height=top + min(800, 200 + 14 * len(q_labels)),
     )
     return fig

@@ -14,8 +14,8 @@ import plotly.colors
 import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
-from ..views import colour_position
-from .common import PROB_SCALE
+from ..views import colour_position, colour_tops
+from .common import PROB_SCALE, top_title
 
 TILE = 64  # pixels per tile side at most; more than a tile ever gets on screen in a 12-head row
 MASK_COLOUR = "#d9d9d9"  # cells a causal model cannot attend to (future tokens), here and in the heatmaps
@@ -39,12 +39,16 @@ def max_pool(a: np.ndarray, size: int, axis: int, op=np.maximum) -> np.ndarray:
 
 
 def mosaic(attn: np.ndarray, masked: np.ndarray | None = None, log_scale: bool = False, tile: int = TILE,
-           gap: int = 1) -> np.ndarray:
-    """(L·(Sq+gap)−gap, H·(Sk+gap)−gap, 3) uint8 RGB image of every head, white gaps between tiles."""
+           gap: int = 1, full_range: bool = False) -> np.ndarray:
+    """(L·(Sq+gap)−gap, H·(Sk+gap)−gap, 3) uint8 RGB image of every head, white gaps between tiles.
+
+    Colours are 0–1 with ``full_range``, else each tile's own up to its head's high quantile (``colour_tops``).
+    """
     L, H, Tq, Tk = attn.shape
     pooled = max_pool(max_pool(np.asarray(attn, np.float32), tile, 2), tile, 3)  # (L, H, Sq, Sk)
     Sq, Sk = pooled.shape[2:]
-    rgb = _lut()[np.rint(colour_position(pooled, log_scale) * 255).astype(np.uint8)]  # (L, H, Sq, Sk, 3)
+    top = 1.0 if full_range or log_scale else colour_tops(pooled)[..., None, None]  # (L, H, 1, 1)
+    rgb = _lut()[np.rint(colour_position(pooled, log_scale, top) * 255).astype(np.uint8)]  # (L, H, Sq, Sk, 3)
     if masked is not None:
         # A pixel is grey only when its whole block is masked.
         blocks = max_pool(max_pool(np.asarray(masked, np.uint8), tile, 0, np.minimum), tile, 1, np.minimum)
@@ -56,10 +60,14 @@ def mosaic(attn: np.ndarray, masked: np.ndarray | None = None, log_scale: bool =
 
 
 def head_grid(attn: np.ndarray, masked: np.ndarray | None = None, selected: tuple | None = None,
-              log_scale: bool = False, tile: int = TILE) -> go.Figure:
-    """Every head of (L, H, Tq, Tk) as a tile; ``selected`` (layer, head or None for a whole layer) is outlined."""
+              log_scale: bool = False, tile: int = TILE, full_range: bool = False) -> go.Figure:
+    """Every head of (L, H, Tq, Tk) as a tile; ``selected`` (layer, head or None for a whole layer) is outlined.
+
+    Each tile is coloured up to its own head's high quantile, so a diffuse head is not blank; 0–1 with
+    ``full_range``.
+    """
     L, H, Tq, Tk = attn.shape
-    image = mosaic(attn, masked, log_scale, tile)
+    image = mosaic(attn, masked, log_scale, tile, full_range=full_range)
     sq, sk = min(Tq, tile) + 1, min(Tk, tile) + 1  # tile pitch in pixels, gap included
     layer, head = np.divmod(np.arange(L * H), H)  # (L·H,) each point's layer and head
     fig = go.Figure(
@@ -84,16 +92,20 @@ def head_grid(attn: np.ndarray, masked: np.ndarray | None = None, selected: tupl
         # On the gap pixels around the tile (or the row).
         fig.add_shape(type="rect", x0=x0, x1=x1, y0=l * sq - 1, y1=l * sq + sq - 1,
                       line=dict(color="#d62728", width=2))
+    scale = "colours 0–1" if full_range or log_scale else "each head on its own colour range"
+    title, top = top_title(f"all {L} layers × {H} heads · {scale} · click a head to open it")
     fig.update_layout(
-        title=f"all {L} layers × {H} heads · click a head to open it",
+        title=title,
         xaxis=dict(title="head", tickvals=np.arange(H) * sk + (sk - 2) / 2, ticktext=[str(h) for h in range(H)],
-                   side="top", fixedrange=True, showgrid=False, zeroline=False),
+                   side="top", fixedrange=True, showgrid=False, zeroline=False, range=[-0.5, image.shape[1] - 0.5]),
+        # Pixels need not be square: the mosaic fills whatever width the page gives it, with no empty bands.
         yaxis=dict(title="layer", tickvals=np.arange(L) * sq + (sq - 2) / 2, ticktext=[str(l) for l in range(L)],
-                   fixedrange=True, showgrid=False, zeroline=False),
+                   fixedrange=True, showgrid=False, zeroline=False, scaleanchor=False,
+                   range=[image.shape[0] - 0.5, -0.5]),
         hovermode="closest",
         hoverdistance=-1,
         dragmode=False,
-        margin=dict(l=10, r=10, t=80, b=10),
-        height=int(min(800, max(260, 120 + 900 * L / H))),
+        margin=dict(l=10, r=10, t=top, b=10),
+        height=top + int(min(700, max(200, 40 + 900 * L / H))),
     )
     return fig

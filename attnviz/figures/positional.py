@@ -21,10 +21,18 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 420, rever
     return fig
 
 
+def robust_limit(values: np.ndarray, q: float = 99.0) -> float:
+    """A symmetric colour limit at the ``q``-th percentile of |values|: a few large entries (MiniLM's
+    learned positions have some) saturate instead of turning everything else grey."""
+    lim = float(np.percentile(np.abs(values), q)) if np.size(values) else 0.0
+    return lim or float(np.abs(values).max(initial=0.0)) or 1.0
+
+
 def encoding_heatmap(table: np.ndarray, title: str = "") -> go.Figure:
-    """A position table (P, D): one row per position, one column per dimension, 0 white."""
+    """A position table (P, D): one row per position, one column per dimension, 0 white, colours up to the
+    99th percentile of |value| (larger values share the end colours)."""
     table = np.asarray(table, np.float32)
-    lim = float(np.abs(table).max()) or 1.0
+    lim = robust_limit(table)
     fig = go.Figure(
         go.Heatmap(
             z=table, zmin=-lim, zmax=lim, colorscale=SIGNED_SCALE, colorbar=dict(title="value"),
@@ -115,3 +123,28 @@ def offset_curves(offsets: np.ndarray, means: np.ndarray, title: str = "") -> go
     for layer, curve in enumerate(means.mean(axis=1)):
         fig.add_trace(go.Scatter(x=np.asarray(offsets), y=curve, mode="lines", name=f"layer {layer}"))
     return _layout(fig, title, "offset key − query", "mean weight", height=360, reversed_y=False)
+
+
+def principal_components(table: np.ndarray, k: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """(P, k) the positions' coordinates on the table's first ``k`` principal components and (k,) the share
+    of variance each explains; each component's sign makes its largest coordinate positive."""
+    x = np.asarray(table, np.float64)
+    x = x - x.mean(0)
+    u, sv, _ = np.linalg.svd(x, full_matrices=False)
+    k = min(k, len(sv))
+    coords = u[:, :k] * sv[:k]  # (P, k)
+    coords *= np.sign(coords[np.abs(coords).argmax(0), np.arange(k)])
+    share = sv[:k] ** 2 / max(float((sv ** 2).sum()), 1e-30)
+    return coords, share
+
+
+def components_plot(table: np.ndarray, title: str = "", k: int = 3) -> go.Figure:
+    """The first principal components of a position table (P, D) as curves over position: smooth waves mean
+    nearby positions get similar vectors, whatever the raw table looks like."""
+    coords, share = principal_components(table, k)
+    fig = go.Figure([go.Scatter(y=coords[:, i], mode="lines", name=f"component {i + 1} ({share[i]:.0%} of variance)",
+                                hovertemplate="position %{x}<br>%{y:.3g}<extra></extra>")
+                     for i in range(coords.shape[1])])
+    fig = _layout(fig, title, "position", "coordinate", height=340, reversed_y=False)
+    fig.update_layout(legend=dict(orientation="h", y=-0.25))
+    return fig

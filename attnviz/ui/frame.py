@@ -15,18 +15,23 @@ import streamlit as st
 from attnviz import settings
 from attnviz.backends import DEFAULT_MODEL, list_models, normalise, open_model
 from attnviz.backends.common import check_text
-from attnviz.ui import share
+from attnviz.samples import GENERAL, samples_for
+from attnviz.ui import heads, share
+from attnviz.ui.readable import unknown_note
 from attnviz.ui.share import plain
 
 log = logging.getLogger("attnviz")
 
-SAMPLES = {
-    "Coreference": "The animal didn't cross the street because it was too tired.",
-    "Syntax": "The keys to the cabinet that the old man repaired are on the table.",
-    "Repetition": "Alice gave Bob a book. Later, Bob gave Alice a pen, and Alice thanked Bob.",
-    "Numbers": "On 5 March 2021 the team shipped version 2.0, two years after 1.0.",
-}
+SAMPLES = GENERAL
 DEFAULT_TEXT = SAMPLES["Coreference"]
+
+
+# Columns that hold a chart stack once two of them no longer fit side by side (Streamlit itself stacks
+# columns only below 640 px of window, so at 800 px a chart beside another was ~90 px wide).
+LAYOUT_CSS = (
+    ".stHorizontalBlock:has(> .stColumn .stPlotlyChart) { flex-wrap: wrap; }"
+    ".stColumn:has(.stPlotlyChart) { min-width: min(100%, 26rem); }"
+)
 
 
 class Frame(NamedTuple):
@@ -110,9 +115,10 @@ def model_options() -> list[str]:
 
 
 def _use_sample():
+    samples = samples_for(st.session_state.get("model") or DEFAULT_MODEL)
     name = st.session_state.get("sample")
-    if name in SAMPLES:
-        st.session_state["text"] = SAMPLES[name]
+    if name in samples:
+        st.session_state["text"] = samples[name]
 
 
 def sidebar() -> tuple[str, str]:
@@ -127,10 +133,14 @@ def sidebar() -> tuple[str, str]:
             help="The models this demo offers." if share.locked() else
                  "A built-in model, or type a Hugging Face id (hf:gpt2) or a local folder and press Enter.",
         )
-        st.selectbox("Sample text", list(SAMPLES), index=None, key="sample", on_change=_use_sample,
-                     placeholder="Choose a sample…")
+        st.selectbox("Sample text", list(samples_for(key or DEFAULT_MODEL)), index=None, key="sample",
+                     on_change=_use_sample, placeholder="Choose a sample…", help="Texts this model can read.")
+        # The text gets its value one way, through session state (a default beside a value that a page
+        # switch or a sample sets makes Streamlit log a warning); a link's text still wins on a first run.
+        if "text" not in st.session_state and "text" not in st.query_params:
+            st.session_state["text"] = DEFAULT_TEXT
         text = st.text_area(
-            "Text", DEFAULT_TEXT, key="text", height=160, bind="query-params", max_chars=share.max_chars(),
+            "Text", key="text", height=160, bind="query-params", max_chars=share.max_chars(),
             help=f"Press Ctrl+Enter (or click outside) to run. At most {share.max_chars():,} characters: "
                  "a longer paste is refused whole.",
         )
@@ -159,10 +169,29 @@ def remember(*keys: str) -> None:
     saved.update({k: st.session_state[k] for k in keys if k in st.session_state})
 
 
+def use_app_navigation() -> None:
+    """Run every page through app.py's ``st.navigation`` (which names the home page "Home").
+
+    Streamlit treats a ``pages/`` folder as the old multipage mode, naming the home page after its file
+    ("app"), until some run calls ``st.navigation``; a visitor who opens /Attention first would never get
+    there. One rerun through app.py fixes it for the whole server; it is only ever needed on a session's
+    first run (a page load), so no click is lost to it.
+    """
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        if "page" not in st.session_state:  # set by carry_over on every run after the first
+            st.rerun()
+
+
 def frame(title: str) -> Frame:
     """Render the shared frame and return the model and trace; stops the page with a message on bad input."""
+    use_app_navigation()
     st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
+    st.markdown(f"<style>{LAYOUT_CSS}</style>", unsafe_allow_html=True)  # our own constant, no user text
     share.read_link()
+    heads.follow_click()
     carry_over(title)
     key, text = sidebar()
     remember("model", "text")
@@ -181,6 +210,7 @@ def frame(title: str) -> Frame:
         st.error(plain(share.fault(key, e)))
         st.stop()
     status(trace)
+    unknown_note(trace, key)
     return Frame(key, model, text, trace)
 
 

@@ -1,0 +1,47 @@
+"""The clickable head grid: every chart with one point per head (layer-major, ``n_heads`` a row) opens
+a head the same way, whichever page it is on and whichever page was opened first."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import streamlit as st
+
+ATTENTION_PAGE = "pages/1_Attention.py"
+_PENDING = "open_head_page"  # session-state key: the page a click asked to open, switched to on the next run
+
+
+def clicked_head(points: list, n_heads: int) -> tuple[int, int] | None:
+    """(layer, head) of the first selected point, from its index in the layer-major grid."""
+    if not points or "point_index" not in points[0]:
+        return None
+    layer, head = divmod(int(points[0]["point_index"]), n_heads)
+    return layer, head
+
+
+def open_head(layer: int, head: int) -> None:
+    """Point the layer and head pickers at (layer, head), on this page and on the next one."""
+    st.session_state["layer"], st.session_state["head"] = layer, head
+    # A page switch restores the pickers from the values kept for the next page (frame.carry_over):
+    # keep the clicked head there too, or the next page reopens whatever head was shown before.
+    st.session_state.setdefault("shared_values", {}).update(layer=layer, head=head)
+
+
+def _on_select(chart_key: str, n_heads: int, page: str | None) -> None:
+    picked = clicked_head(st.session_state[chart_key].selection.points, n_heads)
+    if picked is not None:
+        open_head(*picked)
+        if page is not None:
+            st.session_state[_PENDING] = page
+
+
+def head_chart(fig, key: str, n_heads: int, page: str | None = ATTENTION_PAGE, where=st) -> None:
+    """Draw ``fig`` in ``where``; a click on a head's point opens it on ``page`` (None: on this page)."""
+    where.plotly_chart(fig, key=key, on_select=partial(_on_select, key, n_heads, page), selection_mode="points")
+
+
+def follow_click() -> None:
+    """Call before drawing a page: switches to the page a head click asked for."""
+    page = st.session_state.pop(_PENDING, None)
+    if page is not None:
+        st.switch_page(page, query_params={})

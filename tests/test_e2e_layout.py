@@ -1,0 +1,119 @@
+"""What is drawn, in a real browser, at a desktop width, at 800 px and on a 390 px phone: no text on other text
+in any chart, nothing cut off, columns stacked when two no longer fit, the overview filling its width."""
+
+from pathlib import Path
+from urllib.parse import quote
+
+import numpy as np
+import pytest
+
+from attnviz.export import figure_html
+from attnviz.figures.attention import attention_heatmap
+from conftest import SCREENSHOTS
+from helpers import settled
+from test_e2e_share import TIMEOUT
+
+CHECKS = (Path(__file__).parent / "layout_checks.js").read_text(encoding="utf-8")
+# Long words: merged into words they make long tick labels, the case that used to run into titles.
+TEXT = quote("Antidisestablishmentarianism notwithstanding, supercalifragilistic incomprehensibilities "
+             "overwhelmed everyone.")
+PAGES = {
+    "home": f"/?text={TEXT}&merge=true",
+    "attention": f"/Attention?text={TEXT}&merge=true",
+    "norms": f"/Norms?text={TEXT}",
+    "compare": f"/Compare?text={TEXT}",
+    "analysis": f"/Analysis?text={TEXT}",
+}
+WIDTHS = (1400, 800, 390)
+
+FILLS = """() => {  // the overview's image against its plot area, in pixels
+  const gd = document.querySelector('.st-key-overview_self .js-plotly-plot');
+  const box = gd.querySelector('.layer-subplot image, image').getBoundingClientRect();
+  return [box.width, box.height, gd._fullLayout.xaxis._length, gd._fullLayout.yaxis._length];
+}"""
+WIDTHS_JS = """() => {  // each chart's width and the main column's, and whether the page scrolls sideways
+  const main = document.querySelector('[data-testid="stMainBlockContainer"]');
+  const inner = main.getBoundingClientRect().width - parseFloat(getComputedStyle(main).paddingLeft)
+                - parseFloat(getComputedStyle(main).paddingRight);
+  const charts = [...document.querySelectorAll('.stPlotlyChart')].map(c => c.getBoundingClientRect().width);
+  const scroller = document.querySelector('[data-testid="stMain"]') || document.documentElement;
+  return {inner, charts, sideways: scroller.scrollWidth > scroller.clientWidth + 1
+                                   || document.documentElement.scrollWidth > window.innerWidth + 1};
+}"""
+
+
+def open_page(browser, url: str, width: int):
+    context = browser.new_context(viewport={"width": width, "height": 1000})
+    page = context.new_page()
+    page.goto(url, timeout=TIMEOUT)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=TIMEOUT)
+    settled(page, 1500, 120_000)
+    return context, page
+
+
+def shot(page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"layout_{name}.png"), full_page=True)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_no_text_on_text_nothing_cut_and_columns_that_fit(browser, app_url, width):
+    problems = []
+    for name, path in PAGES.items():
+        context, page = open_page(browser, app_url + path, width)
+        try:
+            page.set_viewport_size({"width": width, "height": 4000})  # every chart drawn at once
+            settled(page, 1000)
+            found = page.evaluate(CHECKS)
+            assert found["charts"] >= 1, name
+            problems += [f"{name}@{width}: overlap {o}" for o in found["overlaps"]]
+            problems += [f"{name}@{width}: cut {c}" for c in found["cut"]]
+            sizes = page.evaluate(WIDTHS_JS)
+            if sizes["sideways"]:
+                problems.append(f"{name}@{width}: the page scrolls sideways")
+            if width <= 800:  # two charts do not fit side by side here: every chart gets the whole width
+                narrow = [round(w) for w in sizes["charts"] if w < 0.9 * sizes["inner"]]
+                if narrow:
+                    problems.append(f"{name}@{width}: charts {narrow} px wide in a {sizes['inner']:.0f} px column")
+            if name == "attention":
+                iw, ih, aw, ah = page.evaluate(FILLS)
+                if iw < 0.97 * aw or ih < 0.97 * ah:
+                    problems.append(f"{name}@{width}: overview image {iw:.0f}×{ih:.0f} in a {aw:.0f}×{ah:.0f} plot")
+            shot(page, f"{name}_{width}")
+        finally:
+            context.close()
+    assert not problems, "\n".join(problems)
+
+
+def test_a_causal_models_masked_caption_is_whole(browser, app_url, tiny_model):
+    folder = quote(str(tiny_model("gpt2")))
+    for width in (1400, 390):
+        context, page = open_page(browser, f"{app_url}/Attention?model={folder}&text={TEXT}", width)
+        try:
+            page.set_viewport_size({"width": width, "height": 4000})
+            settled(page, 1000)
+            caption = page.locator(".st-key-detail_self .annotation-text", has_text="grey: masked (future tokens)")
+            caption.wait_for(timeout=TIMEOUT)
+            found = page.evaluate(CHECKS)
+            assert not found["overlaps"] and not found["cut"], found
+            shot(page, f"causal_{width}")
+        finally:
+            context.close()
+
+
+def test_the_cli_html_page_has_no_text_on_text(browser, tmp_path):
+    names = ["[CLS]", "antidisestablishmentarianism", "notwithstanding", "supercalifragilisticexpialidocious", "[SEP]"]
+    w = np.random.default_rng(0).dirichlet(np.ones(5), 5).astype(np.float32)
+    title = "builtin:minilm · layer 3, head 7"
+    (tmp_path / "f.html").write_text(figure_html(attention_heatmap(w, names, names, title)), encoding="utf-8")
+    for width in (1400, 390):
+        context = browser.new_context(viewport={"width": width, "height": 900})
+        try:
+            page = context.new_page()
+            page.goto((tmp_path / "f.html").as_uri())
+            page.locator(".gtitle").wait_for()
+            found = page.evaluate(CHECKS)
+            assert found["charts"] == 1 and not found["overlaps"] and not found["cut"], found
+            assert page.title() == title
+        finally:
+            context.close()
