@@ -35,11 +35,16 @@ _COPIERS = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="a
 
 def stacked(tensors) -> np.ndarray:
     """Batch-of-one tensors, one per layer, as one read-only float32 array (N, ...) that AttentionTrace adopts
-    as it is. Numpy copies with the GIL released, so the layers are copied in parallel (faster than torch.cat)."""
+    as it is. Numpy copies with the GIL released, so the layers are copied in parallel (faster than torch.cat).
+
+    Given a list, each entry is let go once copied: a caller that hands over its only references never holds
+    two copies of every hidden state (164 MB each for a 12-layer, 768-wide model at 4,096 tokens)."""
     out = np.empty((len(tensors), *tensors[0].shape[1:]), np.float32)  # (N, ...)
 
     def copy(i):
         out[i] = tensors[i][0].float().cpu().numpy()  # (1, ...) -> (...)
+        if isinstance(tensors, list):
+            tensors[i] = None
 
     list(_COPIERS.map(copy, range(len(tensors))))
     out.setflags(write=False)  # given up to the trace

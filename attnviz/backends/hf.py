@@ -346,8 +346,9 @@ class HFModel(TorchBackend):
             src = encode(self.tokenizer, text, limit)
             if self.kind != "encoder-decoder":
                 out, rec = self._forward(input_ids=src.ids)
-                hidden = out.hidden_states
-                weights = self._weights(rec, out.attentions, "", len(hidden) - 1)
+                hidden, attentions = list(out.hidden_states), out.attentions
+                del out  # the list holds the only references: stacking lets each layer go once copied
+                weights = self._weights(rec, attentions, "", len(hidden) - 1)
                 return self._side(src, text, weights, hidden, self.kind, rec.norms())
             if target is None:
                 tgt = self._label(self._generate(src.ids))
