@@ -50,8 +50,8 @@ class Tab:
             fwd = ForwardMsg()
             fwd.ParseFromString(self.ws.recv(timeout=max(0.1, deadline - time.monotonic())))
             kind = fwd.WhichOneof("type")
-            if kind == "script_finished" and finished:
-                return ""
+            if kind == "script_finished" and finished and fwd.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY:
+                return ""  # st.navigation's first run of a fresh session ends early and reruns on the page
             elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
                 el = fwd.delta.new_element
                 widget = getattr(el, el.WhichOneof("type"))
