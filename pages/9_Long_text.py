@@ -50,7 +50,7 @@ def open_head() -> None:
 
 
 st.subheader("Every head")
-st.plotly_chart(figs.head_mosaic(survey.pooled(small, reduce), reduce, T, (layer, head)), key="long_overview",
+st.plotly_chart(figs.head_mosaic(survey.pooled("overview", reduce), reduce, T, survey.block("overview"), (layer, head)), key="long_overview",
                 on_select=open_head, selection_mode="points")
 
 st.subheader("Detail and zoom")
@@ -59,10 +59,10 @@ start = c1.number_input("Window from token", 0, T - 1, 0, key="zoom_start", bind
 size = c2.number_input("Window size", 1, WINDOW_MAX, min(64, T), key="zoom_size", bind="query-params",
                        help=f"At most {WINDOW_MAX} tokens: every cell is drawn with its exact weight.")
 start, stop = int(start), min(T, int(start) + int(size))
-blocks = (survey.layer_max[DETAIL][layer] if reduce == "max" else survey.pooled(DETAIL, reduce)[layer].mean(0)) \
-    if head is None else survey.pooled(DETAIL, reduce)[layer, head]  # (s, s)
+blocks = (survey.layer_max[layer] if reduce == "max" else survey.pooled("detail", reduce)[layer].mean(0)) \
+    if head is None else survey.pooled("detail", reduce)[layer, head]  # (s, s)
 left, right = st.columns(2)
-left.plotly_chart(figs.blocks_heatmap(blocks, survey.starts[DETAIL], T, name, reduce, (start, stop)), key="long_blocks")
+left.plotly_chart(figs.blocks_heatmap(blocks, survey.starts["detail"], survey.block("detail"), T, name, reduce, (start, stop)), key="long_blocks")
 w = long.window(stack.weights, layer, head, start, stop)  # (n, n) exact
 right.plotly_chart(figs.window_heatmap(w, start, tokens, name), key="long_window")
 right.caption(f"These rows keep {w.sum(1).mean():.1%} of their weight inside the window on average; "

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import numpy as np
+import torch
 
 from ..tokens import clean
 from ..weights import Weights
@@ -17,14 +18,25 @@ from ..weights import Weights
 SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the first token is flagged a sink
 
 
-def pool_starts(n: int, size: int) -> np.ndarray:
-    """Start indices of min(size, n) nearly equal blocks over n positions (as ``Weights.pooled``)."""
-    return np.linspace(0, n, min(size, n) + 1).astype(np.int64)[:-1]
+def block_size(n: int, blocks: int) -> int:
+    """Tokens per block when ``n`` positions are cut into at most ``blocks`` equal blocks (the last may be shorter)."""
+    return max(1, -(-n // blocks))
 
 
-def _blocks(w: np.ndarray, starts: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Block max and block sum of ``w`` along ``axis``."""
-    return np.maximum.reduceat(w, starts, axis=axis), np.add.reduceat(w, starts, axis=axis)
+def _block_reduce(x: torch.Tensor, b: int, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Max and sum of ``x`` over consecutive blocks of ``b`` along ``dim`` (the last block may be shorter)."""
+    n = x.shape[dim]
+    full = n // b
+    parts = []
+    if full:
+        main = x.narrow(dim, 0, full * b).unfold(dim, b, b)  # (..., full, ..., b): a view, no copy
+        parts.append((main.amax(-1), main.sum(-1)))
+    if n > full * b:
+        rest = x.narrow(dim, full * b, n - full * b)
+        parts.append((rest.amax(dim, keepdim=True), rest.sum(dim, keepdim=True)))
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([parts[0][0], parts[1][0]], dim), torch.cat([parts[0][1], parts[1][1]], dim)
 
 
 def distance_edges(n: int) -> np.ndarray:
@@ -40,79 +52,89 @@ def distance_labels(edges: np.ndarray) -> list[str]:
     return [f"{a}" if b - a == 1 else f"{a:,}–{b - 1:,}" for a, b in zip(edges[:-1], edges[1:])]
 
 
-def _distance_shares(w: np.ndarray, start: int, edges: np.ndarray) -> np.ndarray:
+def _distance_shares(w: torch.Tensor, start: int, edges: np.ndarray) -> np.ndarray:
     """(h, bins): the weight rows ``start:`` of ``w`` (h, rows, Tk) put at each distance bin, summed over rows."""
     h, rows, Tk = w.shape
-    c = np.zeros((h, rows, Tk + 1))
-    np.cumsum(w, axis=2, dtype=np.float64, out=c[:, :, 1:])  # c[..., j] = weight on keys < j
-    i = np.arange(start, start + rows)[:, None]  # (rows, 1) the query positions (self-attention: Tq = Tk)
-    lo, hi = edges[None, :-1], edges[None, 1:]  # (1, bins)
-    clip = lambda x: np.clip(x, 0, Tk)  # noqa: E731
+    c = torch.zeros(h, rows, Tk + 1)
+    torch.cumsum(w, 2, out=c[:, :, 1:])  # c[..., j] = weight on keys < j (float32: rows sum to 1, error ~1e-7)
+    i = torch.arange(start, start + rows)[:, None]  # (rows, 1) the query positions (self-attention: Tq = Tk)
+    lo, hi = torch.as_tensor(edges[None, :-1]), torch.as_tensor(edges[None, 1:])  # (1, bins)
 
     def between(a, b):  # (h, rows, bins): weight on keys a ≤ j < b, per row
-        a, b = np.broadcast_to(clip(a), (rows, len(edges) - 1)), np.broadcast_to(clip(b), (rows, len(edges) - 1))
-        return np.take_along_axis(c, b[None], 2) - np.take_along_axis(c, a[None], 2)
+        a, b = (torch.broadcast_to(x.clamp(0, Tk), (rows, lo.shape[1])).expand(h, -1, -1) for x in (a, b))
+        return c.gather(2, b) - c.gather(2, a)
 
     left = between(i - hi + 1, i - lo + 1)  # keys at distance lo … hi−1 before the query (and itself at 0)
-    right = between(i + np.maximum(lo, 1), i + hi)  # after it, distance 0 counted once
-    return (left + right).sum(1)
+    right = between(i + lo.clamp(min=1), i + hi)  # after it, distance 0 counted once
+    return (left + right).sum(1, dtype=torch.float64).numpy()
 
 
 class Survey(NamedTuple):
-    """What one pass over every head of a stack gives."""
+    """What one pass over every head of a stack gives. Blocks are equal runs of tokens (the last may be shorter),
+    the same for queries and keys; the overview's blocks are whole groups of the detail's."""
 
-    starts: dict  # size -> (s,) block start positions (the same for queries and keys)
-    pooled_max: dict  # size -> (L, H, s, s) block max
-    pooled_mean: dict  # size -> (L, H, s, s) block mean
-    layer_max: dict  # size -> (L, s, s) block max of the layer's mean over heads
+    starts: dict  # "overview" or "detail" -> (s,) block start positions
+    pooled_max: dict  # "overview" or "detail" -> (L, H, s, s) block max
+    pooled_mean: dict  # "overview" or "detail" -> (L, H, s, s) block mean
+    layer_max: np.ndarray  # (L, s, s) detail blocks: block max of the layer's mean over heads
     received: np.ndarray  # (L, H, Tk) weight each key receives, summed over the queries
     distance: np.ndarray  # (L, H, bins) share of weight by query–key distance (rows of a head sum to 1)
     edges: np.ndarray  # (bins + 1,) distance bin edges
 
-    def pooled(self, size: int, reduce: str) -> np.ndarray:
-        """(L, H, s, s) block max or mean."""
-        return {"max": self.pooled_max, "mean": self.pooled_mean}[reduce][size]
+    def pooled(self, grid: str, reduce: str) -> np.ndarray:
+        """(L, H, s, s) block max or mean on the "overview" or "detail" grid."""
+        return {"max": self.pooled_max, "mean": self.pooled_mean}[reduce][grid]
+
+    def block(self, grid: str) -> int:
+        """Tokens per block on the "overview" or "detail" grid (the last block may be shorter)."""
+        s = self.starts[grid]
+        return int(s[1] - s[0]) if len(s) > 1 else int(self.received.shape[2])
 
 
-def survey(weights: Weights, sizes=(64, 256), progress: Callable[[float], None] | None = None) -> Survey:
-    """One pass over every head of a self-attention stack: pooled maps at each size (max and mean), what each
-    key receives, and the distance profile. ``progress(fraction)`` is called after each tile."""
+def survey(weights: Weights, overview: int = 64, detail: int = 256,
+           progress: Callable[[float], None] | None = None) -> Survey:
+    """One pass over every head of a self-attention stack: pooled maps at ``detail`` and ``overview`` blocks a
+    side (max and mean), what each key receives, and the distance profile. ``progress(fraction)`` after each tile."""
     L, H, Tq, Tk = weights.shape
     if Tq != Tk:
         raise ValueError(f"a survey needs self-attention (as many queries as keys), got {Tq}×{Tk}")
-    starts = {s: pool_starts(Tk, s) for s in sizes}
-    sizes_of = {s: np.diff(np.append(b, Tk)).astype(np.float64) for s, b in starts.items()}  # block lengths
-    pmax = {s: np.zeros((L, H, len(b), len(b)), np.float32) for s, b in starts.items()}
-    psum = {s: np.zeros((L, H, len(b), len(b)), np.float64) for s, b in starts.items()}
-    lmax = {s: np.zeros((L, len(b), len(b)), np.float32) for s, b in starts.items()}
-    received = np.zeros((L, H, Tk), np.float64)
+    b = block_size(Tk, detail)
+    nb = -(-Tk // b)
+    pmax = torch.zeros(L, H, nb, nb)
+    psum = torch.zeros(L, H, nb, nb, dtype=torch.float64)
+    lmax = torch.zeros(L, nb, nb)
+    received = torch.zeros(L, H, Tk, dtype=torch.float64)
     edges = distance_edges(Tk)
     distance = np.zeros((L, H, len(edges) - 1))
-    step = weights.rows_per_tile(H)
-    done, total = 0, L * Tq
+    step = max(b, weights.rows_per_tile(H) // b * b)  # whole row blocks per tile
+    heads = list(range(H))
     for layer in range(L):
-        for a in range(0, Tq, step):  # a row block split between tiles accumulates (max, sum) across them
-            b = min(a + step, Tq)
-            w = weights.tile(layer, list(range(H)), a, b)  # (H, rows, Tk)
-            mean = w.mean(0)  # (rows, Tk) the layer's mean over heads
-            received[layer] += w.sum(1, dtype=np.float64)
+        for a in range(0, Tq, step):
+            z = min(a + step, Tq)
+            w = torch.from_numpy(weights.tile(layer, heads, a, z))  # (H, rows, Tk)
+            received[layer] += w.sum(1, dtype=torch.float64)
             distance[layer] += _distance_shares(w, a, edges)
-            for s, st in starts.items():
-                rows = np.clip(np.searchsorted(st, np.arange(a, b), side="right") - 1, 0, None)  # (rows,) block of each row
-                kmax, ksum = _blocks(w, st, 2)  # (H, rows, s)
-                lk = np.maximum.reduceat(mean, st, axis=1)  # (rows, s)
-                first = np.flatnonzero(np.diff(np.append(-1, rows)))  # where each row block begins in the tile
-                blocks = rows[first]
-                np.maximum.at(pmax[s][layer], (slice(None), blocks), np.maximum.reduceat(kmax, first, axis=1))
-                psum[s][layer][:, blocks] += np.add.reduceat(ksum, first, axis=1)
-                np.maximum.at(lmax[s][layer], blocks, np.maximum.reduceat(lk, first, axis=0))
-            done += b - a
+            kmax, ksum = _block_reduce(w, b, 2)  # (H, rows, nb)
+            r0, r1 = a // b, -(-z // b)  # the row blocks this tile covers, whole
+            pmax[layer, :, r0:r1] = _block_reduce(kmax, b, 1)[0]
+            psum[layer, :, r0:r1] = _block_reduce(ksum.double(), b, 1)[1]
+            lmax[layer, r0:r1] = _block_reduce(_block_reduce(w.mean(0), b, 1)[0], b, 0)[0]
             if progress is not None:
-                progress(done / total)
-    pmean = {s: (psum[s] / np.multiply.outer(sizes_of[s], sizes_of[s])).astype(np.float32) for s in sizes}
-    rows_seen = np.maximum(distance.sum(2, keepdims=True), 1e-30)  # each head's total weight (rows that see a key)
-    return Survey(starts, pmax, pmean, lmax, received.astype(np.float32), (distance / rows_seen).astype(np.float32),
-                  edges)
+                progress((layer * Tq + z) / (L * Tq))
+    starts = np.arange(0, Tk, b)
+    g = block_size(nb, overview)  # detail blocks per overview block
+    counts = torch.as_tensor(np.diff(np.append(starts, Tk)), dtype=torch.float64)  # (nb,) tokens per block
+    small_counts = _block_reduce(counts, g, 0)[1]
+    small_max = _block_reduce(_block_reduce(pmax, g, 2)[0], g, 3)[0]
+    small_sum = _block_reduce(_block_reduce(psum, g, 2)[1], g, 3)[1]
+    mean = lambda total, n: (total / (n[:, None] * n[None, :])).float().numpy()  # noqa: E731
+    return Survey(
+        {"detail": starts, "overview": starts[::g]},
+        {"detail": pmax.numpy(), "overview": small_max.numpy()},
+        {"detail": mean(psum, counts), "overview": mean(small_sum, small_counts)},
+        lmax.numpy(), received.float().numpy(),
+        (distance / np.maximum(distance.sum(2, keepdims=True), 1e-30)).astype(np.float32), edges,
+    )
 
 
 def first_token_share(s: Survey) -> np.ndarray:

@@ -42,8 +42,8 @@ def _levels(x: np.ndarray, top: float) -> np.ndarray:
     return np.rint(np.clip(np.asarray(x, np.float32) / top, 0, 1) * 255).astype(np.uint8)
 
 
-def head_mosaic(pooled: np.ndarray, reduce: str, n_tokens: int, selected: tuple | None = None) -> go.Figure:
-    """Every head of ``pooled`` (L, H, s, s) as one image, one invisible clickable point per head
+def head_mosaic(pooled: np.ndarray, reduce: str, n_tokens: int, block: int, selected: tuple | None = None) -> go.Figure:
+    """Every head of ``pooled`` (L, H, s, s; blocks of ``block`` tokens) as one image, one invisible clickable point per head
     (``customdata = [layer, head]``); ``selected`` (layer, head or None for the layer) is outlined."""
     L, H, s, _ = pooled.shape
     top = colour_top(pooled)
@@ -69,7 +69,7 @@ def head_mosaic(pooled: np.ndarray, reduce: str, n_tokens: int, selected: tuple 
         fig.add_shape(type="rect", x0=x0, x1=x1, y0=l * pitch - 1, y1=l * pitch + s, line=dict(color="#d62728", width=2))
     fig.update_layout(
         title=f"all {L} layers × {H} heads over {n_tokens:,} tokens · {REDUCES[reduce]} of "
-              f"{max(1, n_tokens // s):,}-token blocks · dark = {top:.3g} or more ({QUANTILE}th percentile) · click a head",
+              f"{block:,}-token blocks · dark = {top:.3g} or more ({QUANTILE}th percentile) · click a head",
         xaxis=dict(title="head", tickvals=np.arange(H) * pitch + centre, ticktext=[str(h) for h in range(H)], side="top",
                    fixedrange=True, showgrid=False, zeroline=False),
         yaxis=dict(title="layer", tickvals=np.arange(L) * pitch + centre, ticktext=[str(l) for l in range(L)],
@@ -85,10 +85,10 @@ def _colour_bar(top: float) -> dict:
     return dict(title="weight", tickvals=ticks, ticktext=[f"{t:.3g}" for t in ticks[:-1]] + [f"≥ {top:.3g}"])
 
 
-def blocks_heatmap(pooled: np.ndarray, starts: np.ndarray, n_tokens: int, title: str, reduce: str,
+def blocks_heatmap(pooled: np.ndarray, starts: np.ndarray, block: int, n_tokens: int, title: str, reduce: str,
                    window: tuple[int, int] | None = None) -> go.Figure:
-    """One head at block resolution: ``pooled`` (s, s) with blocks beginning at ``starts`` (s,), axes in token
-    positions; ``window`` (start, stop) is outlined."""
+    """One head at block resolution: ``pooled`` (s, s) with blocks of ``block`` tokens beginning at ``starts`` (s,),
+    axes in token positions; ``window`` (start, stop) is outlined."""
     top = colour_top(pooled)
     fig = go.Figure(go.Heatmap(
         z=np.asarray(pooled, np.float32), x=starts, y=starts, zmin=0, zmax=top, colorscale=PROB_SCALE,
@@ -99,7 +99,7 @@ def blocks_heatmap(pooled: np.ndarray, starts: np.ndarray, n_tokens: int, title:
         a, b = window
         fig.add_shape(type="rect", x0=a, x1=b, y0=a, y1=b, line=dict(color="#d62728", width=2))
     fig.update_layout(
-        title=f"{title} · {REDUCES[reduce]} of {max(1, n_tokens // len(starts)):,}-token blocks "
+        title=f"{title} · {REDUCES[reduce]} of {block:,}-token blocks "
               f"· colours up to the {QUANTILE}th percentile",
         xaxis=dict(title="key position", side="top", range=[0, n_tokens]),
         yaxis=dict(title="query position", autorange="reversed"),

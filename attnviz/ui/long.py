@@ -34,11 +34,11 @@ def uploaded_text(text: str) -> str:
 # Keyed by what made the trace (model, text, length): the weights themselves are not hashed.
 @st.cache_resource(max_entries=2, show_spinner=False)
 def _survey(model: str, text: str, n_tokens: int, sizes: tuple, _weights, _bar):
-    return survey(_weights, sizes, progress=lambda f: _bar.progress(f))
+    return survey(_weights, *sizes, progress=lambda f: _bar.progress(f))
 
 
 def cached_survey(stack, sizes: tuple):
-    """``survey`` of a stack's weights with a progress bar, shared by every session showing the same trace."""
+    """``survey(weights, *sizes)`` with a progress bar, shared by every session showing the same trace."""
     L, H = stack.weights.shape[:2]
     bar = st.progress(0.0, text=f"Reading all {L * H} heads, tile by tile…")
     result = _survey(stack.queries.model, stack.queries.text, stack.queries.n_tokens, sizes, stack.weights, bar)
