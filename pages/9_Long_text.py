@@ -1,6 +1,7 @@
 """Long text: every head pooled, a head at block resolution with an exact zoomed window, a token's reach
 across the document, attention sinks and distance profiles — up to ATTNVIZ_MAX_LONG_TOKENS tokens."""
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -34,8 +35,8 @@ if f.trace.truncated:
 st.title("Long text")
 if f.trace.kind == "encoder-decoder":
     st.caption("An encoder–decoder: this page shows the encoder's self-attention.")
-reduce = st.radio("Pool blocks by", list(figs.REDUCES), key="pool", bind="query-params", horizontal=True,
-                  format_func=figs.REDUCES.get, help="max keeps a single sharp weight visible; mean shows where weight lies.")
+reduce = st.radio("Pool blocks by their", list(figs.REDUCES), key="pool", bind="query-params", horizontal=True,
+                  help="max keeps a single sharp weight visible; mean shows where weight lies.")
 small = figs.overview_size(L, H)
 survey = cached_survey(stack, (small, DETAIL))
 layer, head = layer_head(L, H, with_mean=True)
@@ -53,6 +54,16 @@ st.subheader("Every head")
 st.plotly_chart(figs.head_mosaic(survey.pooled("overview", reduce), reduce, T, survey.block("overview"), (layer, head)), key="long_overview",
                 on_select=open_head, selection_mode="points")
 
+def zoom_to_box() -> None:
+    """A box dragged on the block map: the window becomes the tokens it spans (at most WINDOW_MAX)."""
+    boxes = st.session_state["long_blocks"].selection.box
+    if boxes:
+        (x0, x1), (y0, y1) = sorted(boxes[0]["x"]), sorted(boxes[0]["y"])
+        first = int(np.clip(min(x0, y0), 0, T - 1))
+        st.session_state["zoom_start"] = first
+        st.session_state["zoom_size"] = int(np.clip(np.ceil(max(x1, y1)) - first, 1, WINDOW_MAX))
+
+
 st.subheader("Detail and zoom")
 c1, c2 = st.columns(2)
 start = c1.number_input("Window from token", 0, T - 1, 0, key="zoom_start", bind="query-params")
@@ -62,7 +73,8 @@ start, stop = int(start), min(T, int(start) + int(size))
 blocks = (survey.layer_max[layer] if reduce == "max" else survey.pooled("detail", reduce)[layer].mean(0)) \
     if head is None else survey.pooled("detail", reduce)[layer, head]  # (s, s)
 left, right = st.columns(2)
-left.plotly_chart(figs.blocks_heatmap(blocks, survey.starts["detail"], survey.block("detail"), T, name, reduce, (start, stop)), key="long_blocks")
+left.plotly_chart(figs.blocks_heatmap(blocks, survey.starts["detail"], survey.block("detail"), T, name, reduce, (start, stop)),
+                  key="long_blocks", on_select=zoom_to_box, selection_mode="box")
 w = long.window(stack.weights, layer, head, start, stop)  # (n, n) exact
 right.plotly_chart(figs.window_heatmap(w, start, tokens, name), key="long_window")
 right.caption(f"These rows keep {w.sum(1).mean():.1%} of their weight inside the window on average; "

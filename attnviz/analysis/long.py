@@ -11,6 +11,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..tokens import clean
 from ..weights import Weights
@@ -25,12 +26,14 @@ def block_size(n: int, blocks: int) -> int:
 
 def _block_reduce(x: torch.Tensor, b: int, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Max and sum of ``x`` over consecutive blocks of ``b`` along ``dim`` (the last block may be shorter)."""
+    dim = dim % x.ndim
     n = x.shape[dim]
     full = n // b
     parts = []
     if full:
-        main = x.narrow(dim, 0, full * b).unfold(dim, b, b)  # (..., full, ..., b): a view, no copy
-        parts.append((main.amax(-1), main.sum(-1)))
+        main = x.narrow(dim, 0, full * b)
+        main = main.unflatten(dim, (full, b))  # a view: (…, full, b, …)
+        parts.append((main.amax(dim + 1), main.sum(dim + 1)))
     if n > full * b:
         rest = x.narrow(dim, full * b, n - full * b)
         parts.append((rest.amax(dim, keepdim=True), rest.sum(dim, keepdim=True)))
@@ -101,9 +104,9 @@ def survey(weights: Weights, overview: int = 64, detail: int = 256,
     b = block_size(Tk, detail)
     nb = -(-Tk // b)
     pmax = torch.zeros(L, H, nb, nb)
-    psum = torch.zeros(L, H, nb, nb, dtype=torch.float64)
+    psum = torch.zeros(L, H, nb, nb)
     lmax = torch.zeros(L, nb, nb)
-    received = torch.zeros(L, H, Tk, dtype=torch.float64)
+    received = torch.zeros(L, H, Tk)
     edges = distance_edges(Tk)
     distance = np.zeros((L, H, len(edges) - 1))
     step = max(b, weights.rows_per_tile(H) // b * b)  # whole row blocks per tile
@@ -112,27 +115,27 @@ def survey(weights: Weights, overview: int = 64, detail: int = 256,
         for a in range(0, Tq, step):
             z = min(a + step, Tq)
             w = torch.from_numpy(weights.tile(layer, heads, a, z))  # (H, rows, Tk)
-            received[layer] += w.sum(1, dtype=torch.float64)
             distance[layer] += _distance_shares(w, a, edges)
-            kmax, ksum = _block_reduce(w, b, 2)  # (H, rows, nb)
+            received[layer] += w.sum(1)
             r0, r1 = a // b, -(-z // b)  # the row blocks this tile covers, whole
-            pmax[layer, :, r0:r1] = _block_reduce(kmax, b, 1)[0]
-            psum[layer, :, r0:r1] = _block_reduce(ksum.double(), b, 1)[1]
-            lmax[layer, r0:r1] = _block_reduce(_block_reduce(w.mean(0), b, 1)[0], b, 0)[0]
+            # Pooling kernels: one pass each; ceil_mode keeps the last, shorter block; divisor 1 makes sums.
+            pmax[layer, :, r0:r1] = F.max_pool2d(w, b, b, ceil_mode=True)  # (H, row blocks, nb)
+            psum[layer, :, r0:r1] = F.avg_pool2d(w, b, b, ceil_mode=True, divisor_override=1)
+            lmax[layer, r0:r1] = F.max_pool2d(w.mean(0, keepdim=True), b, b, ceil_mode=True)[0]
             if progress is not None:
                 progress((layer * Tq + z) / (L * Tq))
     starts = np.arange(0, Tk, b)
     g = block_size(nb, overview)  # detail blocks per overview block
-    counts = torch.as_tensor(np.diff(np.append(starts, Tk)), dtype=torch.float64)  # (nb,) tokens per block
+    counts = torch.as_tensor(np.diff(np.append(starts, Tk)), dtype=torch.float32)  # (nb,) tokens per block
     small_counts = _block_reduce(counts, g, 0)[1]
     small_max = _block_reduce(_block_reduce(pmax, g, 2)[0], g, 3)[0]
     small_sum = _block_reduce(_block_reduce(psum, g, 2)[1], g, 3)[1]
-    mean = lambda total, n: (total / (n[:, None] * n[None, :])).float().numpy()  # noqa: E731
+    mean = lambda total, n: (total / (n[:, None] * n[None, :])).numpy()  # noqa: E731
     return Survey(
         {"detail": starts, "overview": starts[::g]},
         {"detail": pmax.numpy(), "overview": small_max.numpy()},
         {"detail": mean(psum, counts), "overview": mean(small_sum, small_counts)},
-        lmax.numpy(), received.float().numpy(),
+        lmax.numpy(), received.numpy(),
         (distance / np.maximum(distance.sum(2, keepdims=True), 1e-30)).astype(np.float32), edges,
     )
 

@@ -88,19 +88,25 @@ def _colour_bar(top: float) -> dict:
 def blocks_heatmap(pooled: np.ndarray, starts: np.ndarray, block: int, n_tokens: int, title: str, reduce: str,
                    window: tuple[int, int] | None = None) -> go.Figure:
     """One head at block resolution: ``pooled`` (s, s) with blocks of ``block`` tokens beginning at ``starts`` (s,),
-    axes in token positions; ``window`` (start, stop) is outlined."""
+    axes in token positions; ``window`` (start, stop) is outlined. A box dragged on it is a selection."""
     top = colour_top(pooled)
-    fig = go.Figure(go.Heatmap(
-        z=np.asarray(pooled, np.float32), x=starts, y=starts, zmin=0, zmax=top, colorscale=PROB_SCALE,
-        colorbar=_colour_bar(top),
-        hovertemplate=f"queries from %{{y}} · keys from %{{x}}<br>{REDUCES[reduce]} %{{z:.4g}}<extra></extra>",
-    ))
+    fig = go.Figure([
+        go.Heatmap(
+            z=np.asarray(pooled, np.float32), x=starts, y=starts, zmin=0, zmax=top, colorscale=PROB_SCALE,
+            colorbar=_colour_bar(top),
+            hovertemplate=f"queries from %{{y}} · keys from %{{x}}<br>{REDUCES[reduce]} %{{z:.4g}}<extra></extra>",
+        ),
+        # Heatmaps are not selectable in plotly: two invisible corner points let a dragged box be reported.
+        go.Scatter(x=[0, n_tokens], y=[0, n_tokens], mode="markers", marker=dict(opacity=0), hoverinfo="skip",
+                   showlegend=False),
+    ])
     if window is not None:
         a, b = window
         fig.add_shape(type="rect", x0=a, x1=b, y0=a, y1=b, line=dict(color="#d62728", width=2))
     fig.update_layout(
         title=f"{title} · {REDUCES[reduce]} of {block:,}-token blocks "
-              f"· colours up to the {QUANTILE}th percentile",
+              f"· colours up to the {QUANTILE}th percentile · drag a box to zoom",
+        dragmode="select",
         xaxis=dict(title="key position", side="top", range=[0, n_tokens]),
         yaxis=dict(title="query position", autorange="reversed"),
         margin=dict(l=10, r=10, t=90, b=10), height=560,
