@@ -51,8 +51,14 @@ def open_head() -> None:
 
 
 st.subheader("Every head")
-st.plotly_chart(figs.head_mosaic(survey.pooled("overview", reduce), reduce, T, survey.block("overview"), (layer, head)), key="long_overview",
-                on_select=open_head, selection_mode="points")
+mosaic = figs.head_mosaic(survey.pooled("overview", reduce), reduce, T, survey.block("overview"), (layer, head))
+st.plotly_chart(mosaic, key="long_overview", on_select=open_head, selection_mode="points")
+
+
+def initial(key: str, value: int) -> dict:
+    """A widget's default, unless a click or a box already set it (a default beside that makes Streamlit warn)."""
+    return {} if key in st.session_state else {"value": value}
+
 
 def zoom_to_box() -> None:
     """A box dragged on the block map: the window becomes the tokens it spans (at most WINDOW_MAX)."""
@@ -66,9 +72,10 @@ def zoom_to_box() -> None:
 
 st.subheader("Detail and zoom")
 c1, c2 = st.columns(2)
-start = c1.number_input("Window from token", 0, T - 1, 0, key="zoom_start", bind="query-params")
-size = c2.number_input("Window size", 1, WINDOW_MAX, min(64, T), key="zoom_size", bind="query-params",
-                       help=f"At most {WINDOW_MAX} tokens: every cell is drawn with its exact weight.")
+start = c1.number_input("Window from token", 0, T - 1, key="zoom_start", bind="query-params", **initial("zoom_start", 0))
+size = c2.number_input("Window size", 1, WINDOW_MAX, key="zoom_size", bind="query-params",
+                       help=f"At most {WINDOW_MAX} tokens: every cell is drawn with its exact weight.",
+                       **initial("zoom_size", min(64, T)))
 start, stop = int(start), min(T, int(start) + int(size))
 blocks = (survey.layer_max[layer] if reduce == "max" else survey.pooled("detail", reduce)[layer].mean(0)) \
     if head is None else survey.pooled("detail", reduce)[layer, head]  # (s, s)
@@ -91,7 +98,7 @@ if word:
             st.session_state["token"] = hits[0]
     else:
         c2.caption(f"No token reads {plain(word)!s}.")
-focus = int(c1.number_input("Token position", 0, T - 1, min(1, T - 1), key="token", bind="query-params"))
+focus = int(c1.number_input("Token position", 0, T - 1, key="token", bind="query-params", **initial("token", min(1, T - 1))))
 row = f.trace.row(layer, head, focus, stack.name if stack.name != "self" else None)  # (Tk,)
 col = cached_column(stack, layer, head, focus)  # (Tq,)
 st.plotly_chart(figs.reach_lines(row, col, focus, clean(tokens[focus]), name), key="long_reach")

@@ -107,5 +107,7 @@ def test_figures_escape_text_and_stay_small(trace):
     html = figs.reach_html(tokens, np.array([0, 1, 2]), np.array([0.0, 0.2, 0.8]), 1)
     assert "<b>bold</b>" not in html and "&lt;b&gt;bold&lt;/b&gt;" in html and "<script>" not in html
     assert html.count("<span") == 1 and 'outline:2px solid #d62728" title="0.2"' in html  # 0 stays plain text
+    top_only = figs.reach_html(tokens, np.array([0, 1, 2]), np.array([0.5, 0.3, 0.2]), 2, most=1)
+    assert top_only.count("<span") == 1 and '<span title="0.5"' in top_only  # only the strongest is shaded
     w = figs.window_heatmap(np.eye(3, dtype=np.float32), 0, tokens, "t")
     assert all("<" not in t for t in w.to_dict()["layout"]["xaxis"]["ticktext"])

@@ -18,6 +18,7 @@ from .common import PROB_SCALE, safe
 OVERVIEW_PIXELS = 100_000  # the mosaic's pixel budget: ≲ 0.35 MB of PNG (noise-like maps) for any number of heads
 QUANTILE = 99.5  # colour ranges run up to this percentile of what is drawn, written on the figure
 WINDOW_TICKS = 64  # a window labels at most this many tokens on each axis
+SHADED = 400  # the most tokens the reach text shades
 REDUCES = {"max": "block max", "mean": "block mean"}
 
 
@@ -152,21 +153,27 @@ def reach_lines(row: np.ndarray, col: np.ndarray, focus: int, label: str, title:
     return fig
 
 
-def reach_html(tokens, word_ids, weights: np.ndarray, focus: int, height: int = 320, floor: float = 0.03) -> str:
-    """The whole text as escaped HTML in a scrolling box, shaded by ``weights`` (T,) relative to their largest;
-    tokens under ``floor`` of it stay plain text (a 16,384-token text stays a few hundred kB); ``focus`` is outlined."""
+def reach_html(tokens, word_ids, weights: np.ndarray, focus: int, height: int = 320, floor: float = 0.03,
+               most: int = SHADED) -> str:
+    """The whole text as escaped HTML in a scrolling box, shaded by ``weights`` (T,) relative to their largest.
+    Only the ``most`` largest weights of at least ``floor`` of the largest are shaded, the rest stay plain text,
+    so 16,384 tokens stay ~0.2 MB; ``focus`` is outlined. Every shaded token's title is its weight."""
     weights = np.asarray(weights, np.float32)
     top = max(float(weights.max()), 1e-30)
+    shaded = np.zeros(len(weights), bool)
+    strongest = np.argsort(-weights, kind="stable")[:most]
+    shaded[strongest[weights[strongest] >= floor * top]] = True
     parts = []
     for i, t in enumerate(tokens):
         glued = i > 0 and word_ids[i] >= 0 and word_ids[i] == word_ids[i - 1]
         space = " " if i > 0 and not glued else ""
-        piece, a = html.escape(clean(t)), float(weights[i]) / top
+        piece = html.escape(clean(t))
         if i == focus:
             parts.append(f'{space}<b style="outline:2px solid #d62728" title="{weights[i]:.4g}">{piece}</b>')
-        elif a >= floor:
-            dark = "color:white;" if a > 0.55 else ""
-            parts.append(f'{space}<span title="{weights[i]:.4g}" style="background:rgba(33,113,181,{a:.2f});{dark}">'
+        elif shaded[i]:
+            a = float(weights[i]) / top
+            dark = ";color:#fff" if a > 0.55 else ""
+            parts.append(f'{space}<span title="{weights[i]:.4g}" style="background:#2171b5{round(a * 255):02x}{dark}">'
                          f"{piece}</span>")
         else:
             parts.append(space + piece)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import streamlit as st
 
 from attnviz.analysis.long import column, survey
@@ -31,18 +33,26 @@ def uploaded_text(text: str) -> str:
     return body
 
 
-# Keyed by what made the trace (model, text, length): the weights themselves are not hashed.
-@st.cache_resource(max_entries=2, show_spinner=False)
-def _survey(model: str, text: str, n_tokens: int, sizes: tuple, _weights, _bar):
-    return survey(_weights, *sizes, progress=lambda f: _bar.progress(f))
+# The last two surveys, shared by every session, keyed by what made the trace (model, text, length). Not
+# st.cache_resource: it records the progress bar's calls and cannot replay them in another session.
+_SURVEYS: dict = {}
+_lock = threading.Lock()
 
 
 def cached_survey(stack, sizes: tuple):
-    """``survey(weights, *sizes)`` with a progress bar, shared by every session showing the same trace."""
+    """``survey(weights, *sizes)`` with a progress bar while it runs."""
+    key = (stack.queries.model, stack.queries.text, stack.queries.n_tokens, sizes)
+    with _lock:
+        if key in _SURVEYS:
+            return _SURVEYS[key]
     L, H = stack.weights.shape[:2]
     bar = st.progress(0.0, text=f"Reading all {L * H} heads, tile by tile…")
-    result = _survey(stack.queries.model, stack.queries.text, stack.queries.n_tokens, sizes, stack.weights, bar)
+    result = survey(stack.weights, *sizes, progress=bar.progress)
     bar.empty()
+    with _lock:
+        _SURVEYS[key] = result
+        while len(_SURVEYS) > 2:
+            _SURVEYS.pop(next(iter(_SURVEYS)))
     return result
 
 
