@@ -8,6 +8,7 @@ import streamlit as st
 
 from attnviz.analysis.long import column, survey
 from attnviz.backends.common import MAX_CHARS
+from attnviz.ui.share import max_chars
 
 MAX_UPLOAD_BYTES = 2 * 2**20  # a .txt or .md of 2 MB is far more text than 16,384 tokens
 
@@ -15,7 +16,8 @@ MAX_UPLOAD_BYTES = 2 * 2**20  # a .txt or .md of 2 MB is far more text than 16,3
 def uploaded_text(text: str) -> str:
     """The uploaded file's text when there is one (a plain message when it cannot be read), else ``text``."""
     file = st.file_uploader("…or upload a document (.txt, .md)", type=["txt", "md"], key="upload",
-                            help="An uploaded document replaces the text box's text; links cannot carry it.")
+                            help="An uploaded document replaces the text box's text (which takes at most "
+                                 f"{max_chars():,} characters); links cannot carry it.")
     if file is None:
         return text
     if file.size > MAX_UPLOAD_BYTES:
