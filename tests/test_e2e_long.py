@@ -15,7 +15,11 @@ WINDOW = """() => {
   const gd = document.querySelector('.st-key-long_window .js-plotly-plot');
   if (!gd || !gd.data || gd.closest('[data-stale="true"]')) return null;
   const t = gd.data[0];
-  return {x0: t.x[0], n: t.x.length, z: Array.from(t.z, r => Array.from(r))};
+  const arr = v => (v && v._inputArray) ? v._inputArray : v;  // plotly keeps a base64 array's decoded values here
+  const x = arr(t.x), z = arr(t.z), n = x.length;
+  const rows = (z[0] && z[0].length !== undefined) ? Array.from(z, r => Array.from(r))
+    : Array.from({length: n}, (_, i) => Array.from(z.slice(i * n, (i + 1) * n)));
+  return {x0: x[0], n: n, z: rows};
 }"""
 
 

@@ -99,7 +99,7 @@ def test_the_overview_blocks_and_window_are_the_traces_own(zoomed, trace, head):
 def test_the_page_stays_under_two_megabytes(zoomed):
     charts_ = sum(len(c.proto.spec) for c in zoomed.get("plotly_chart"))
     html = sum(len(h.proto.body) for h in zoomed.get("html"))
-    tables = sum(t.proto.ByteSize() for t in zoomed.get("arrow_data_frame"))
+    tables = sum(t.proto.ByteSize() for t in zoomed.dataframe)
     print(f"payload at {N} tokens: charts {charts_:,} B, html {html:,} B, tables {tables:,} B")
     assert charts_ + html + tables <= 2 * 2**20
 
