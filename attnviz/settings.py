@@ -45,6 +45,14 @@ def max_tokens(default: int = LIBRARY_MAX_TOKENS) -> int:
     return int(_number("ATTNVIZ_MAX_TOKENS", default))
 
 
+LONG_MAX_TOKENS = 16_384  # the Long text page draws pooled maps and windows, never a whole head cell by cell
+
+
+def max_long_tokens() -> int:
+    """ATTNVIZ_MAX_LONG_TOKENS: the most tokens the Long text page takes (the model's position limit still applies)."""
+    return int(_number("ATTNVIZ_MAX_LONG_TOKENS", LONG_MAX_TOKENS))
+
+
 def max_dense_mb() -> float:
     """ATTNVIZ_MAX_DENSE_MB: the most memory ``trace.attentions`` may take for every head at once."""
     return _number("ATTNVIZ_MAX_DENSE_MB", 1024)

@@ -67,6 +67,12 @@ def _cached_trace(key: str, text: str, target: str | None, limit: int):
     return get_model(key).trace(text, target, max_tokens=limit)
 
 
+@st.cache_resource(max_entries=2, show_spinner=False)
+def _cached_long_trace(key: str, text: str, target: str | None, limit: int):
+    """A trace past the app's cap (the Long text page): a 16,384-token builtin:seed trace holds ~1.5 GB, so two."""
+    return get_model(key).trace(text, target, max_tokens=limit)
+
+
 _session_lock = threading.Lock()
 def session_models() -> dict:
     """Models that exist for this session only (trained on the Train page): key -> backend."""
@@ -98,15 +104,19 @@ def offered(key: str):
         raise ValueError(share.open_failed(key, e)) from None
 
 
-def get_trace(key: str, text: str, target: str | None = None):
-    """The trace of ``text`` under model ``key``, cached; session models are cached per session."""
+def get_trace(key: str, text: str, target: str | None = None, limit: int | None = None):
+    """The trace of ``text`` under model ``key``, cached; session models are cached per session.
+
+    ``limit``: a token cap other than the app's (the Long text page's); such traces have their own, smaller cache.
+    """
+    cap = limit or max_tokens()
     if key in session_models():
         cache = st.session_state.setdefault("session_traces", {})
-        if (key, text, target) not in cache:
+        if (key, text, target, cap) not in cache:
             cache.clear()  # one entry: training pages change the model under the same key
-            cache[(key, text, target)] = session_models()[key].trace(text, target, max_tokens=max_tokens())
-        return cache[(key, text, target)]
-    return _cached_trace(normalise(key), text, target, max_tokens())
+            cache[(key, text, target, cap)] = session_models()[key].trace(text, target, max_tokens=cap)
+        return cache[(key, text, target, cap)]
+    return (_cached_trace if limit is None else _cached_long_trace)(normalise(key), text, target, cap)
 
 
 def model_options() -> list[str]:
@@ -185,8 +195,12 @@ def use_app_navigation() -> None:
             st.rerun()
 
 
-def frame(title: str) -> Frame:
-    """Render the shared frame and return the model and trace; stops the page with a message on bad input."""
+def frame(title: str, limit: int | None = None, text_from=None) -> Frame:
+    """Render the shared frame and return the model and trace; stops the page with a message on bad input.
+
+    ``limit``: the page's own token cap (see ``get_trace``); ``text_from(text) -> text`` may replace the text
+    box's text (the Long text page's upload) before it is traced.
+    """
     use_app_navigation()
     st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
     st.markdown(f"<style>{LAYOUT_CSS}</style>", unsafe_allow_html=True)  # our own constant, no user text
@@ -196,12 +210,14 @@ def frame(title: str) -> Frame:
     key, text = sidebar()
     remember("model", "text")
     share.check_link(key, model_options()[0], offered)
+    if text_from is not None:
+        text = text_from(text)
     try:
         share.check_allowed(key, model_options())
         text = check_text(text)
         with st.spinner(f"Loading {key} and computing attention…"):
             model = offered(key)
-            trace = get_trace(key, text)
+            trace = get_trace(key, text, limit=limit)
     except ValueError as e:
         st.error(plain(str(e)))
         st.stop()

@@ -1,0 +1,225 @@
+"""Figures for long texts: every head as one PNG mosaic, a head at block resolution, a window cell by cell,
+a token's reach over positions, sinks and distance profiles. Each stays small at any length: images and
+pooled blocks, never T×T cells; lines send positions implicitly (x0, dx)."""
+
+from __future__ import annotations
+
+import html
+from functools import lru_cache
+
+import numpy as np
+import plotly.colors
+import plotly.graph_objects as go
+from plotly.utils import image_array_to_data_uri
+
+from ..tokens import clean
+from .common import PROB_SCALE, safe
+
+OVERVIEW_PIXELS = 100_000  # the mosaic's pixel budget: ≲ 0.35 MB of PNG (noise-like maps) for any number of heads
+QUANTILE = 99.5  # colour ranges run up to this percentile of what is drawn, written on the figure
+WINDOW_TICKS = 64  # a window labels at most this many tokens on each axis
+SHADED = 400  # the most tokens the reach text shades
+REDUCES = {"max": "block max", "mean": "block mean"}
+
+
+def overview_size(n_layers: int, n_heads: int, most: int = 64) -> int:
+    """Pixels per side of each head's tile so that every head fits the mosaic's budget."""
+    return int(max(8, min(most, np.sqrt(OVERVIEW_PIXELS / (n_layers * n_heads)))))
+
+
+def colour_top(values: np.ndarray) -> float:
+    """The top of a colour range: the QUANTILE-th percentile of ``values`` (at least 1e-6)."""
+    return max(float(np.percentile(values, QUANTILE)), 1e-6)
+
+
+@lru_cache(maxsize=1)
+def _lut() -> np.ndarray:
+    """(256, 3) uint8: the probability colour scale at 256 levels."""
+    colours = plotly.colors.sample_colorscale(PROB_SCALE, np.linspace(0, 1, 256).tolist(), colortype="tuple")
+    return np.rint(np.array(colours) * 255).astype(np.uint8)
+
+
+def _levels(x: np.ndarray, top: float) -> np.ndarray:
+    return np.rint(np.clip(np.asarray(x, np.float32) / top, 0, 1) * 255).astype(np.uint8)
+
+
+def head_mosaic(pooled: np.ndarray, reduce: str, n_tokens: int, block: int, selected: tuple | None = None) -> go.Figure:
+    """Every head of ``pooled`` (L, H, s, s; blocks of ``block`` tokens) as one image, one invisible clickable point per head
+    (``customdata = [layer, head]``); ``selected`` (layer, head or None for the layer) is outlined."""
+    L, H, s, _ = pooled.shape
+    top = colour_top(pooled)
+    pitch = s + 1  # a tile and its white gap
+    image = np.full((L, H, pitch, pitch, 3), 255, np.uint8)
+    image[:, :, :s, :s] = _lut()[_levels(pooled, top)]
+    image = image.transpose(0, 2, 1, 3, 4).reshape(L * pitch, H * pitch, 3)[:-1, :-1]  # (L·pitch−1, H·pitch−1, 3)
+    layer, head = np.divmod(np.arange(L * H), H)  # (L·H,)
+    centre = (s - 1) / 2
+    fig = go.Figure([
+        go.Image(source=image_array_to_data_uri(image), hoverinfo="skip"),
+        go.Scatter(
+            x=head * pitch + centre, y=layer * pitch + centre, customdata=np.stack([layer, head], 1),  # (L·H, 2)
+            mode="markers", marker=dict(size=max(8, 300 // H), symbol="square", color="rgba(0,0,0,0)"),
+            selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0)),
+            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>click to open<extra></extra>",
+            showlegend=False,
+        ),
+    ])
+    if selected is not None:
+        l, h = selected
+        x0, x1 = (-1, H * pitch - 1) if h is None else (h * pitch - 1, h * pitch + s)
+        fig.add_shape(type="rect", x0=x0, x1=x1, y0=l * pitch - 1, y1=l * pitch + s, line=dict(color="#d62728", width=2))
+    fig.update_layout(
+        title=f"all {L} layers × {H} heads over {n_tokens:,} tokens · {REDUCES[reduce]} of "
+              f"{block:,}-token blocks · dark = {top:.3g} or more ({QUANTILE}th percentile) · click a head",
+        xaxis=dict(title="head", tickvals=np.arange(H) * pitch + centre, ticktext=[str(h) for h in range(H)], side="top",
+                   fixedrange=True, showgrid=False, zeroline=False),
+        yaxis=dict(title="layer", tickvals=np.arange(L) * pitch + centre, ticktext=[str(l) for l in range(L)],
+                   fixedrange=True, showgrid=False, zeroline=False),
+        hovermode="closest", hoverdistance=-1, dragmode=False, margin=dict(l=10, r=10, t=90, b=10),
+        height=int(min(800, max(260, 120 + 900 * L / H))),
+    )
+    return fig
+
+
+def _colour_bar(top: float) -> dict:
+    ticks = [0, top / 2, top]
+    return dict(title="weight", tickvals=ticks, ticktext=[f"{t:.3g}" for t in ticks[:-1]] + [f"≥ {top:.3g}"])
+
+
+def blocks_heatmap(pooled: np.ndarray, starts: np.ndarray, block: int, n_tokens: int, title: str, reduce: str,
+                   window: tuple[int, int] | None = None) -> go.Figure:
+    """One head at block resolution: ``pooled`` (s, s) with blocks of ``block`` tokens beginning at ``starts`` (s,),
+    axes in token positions; ``window`` (start, stop) is outlined. A box dragged on it is a selection."""
+    top = colour_top(pooled)
+    fig = go.Figure([
+        go.Heatmap(
+            z=np.asarray(pooled, np.float32), x=starts, y=starts, zmin=0, zmax=top, colorscale=PROB_SCALE,
+            colorbar=_colour_bar(top),
+            hovertemplate=f"queries from %{{y}} · keys from %{{x}}<br>{REDUCES[reduce]} %{{z:.4g}}<extra></extra>",
+        ),
+        # Heatmaps are not selectable in plotly: two invisible corner points let a dragged box be reported.
+        go.Scatter(x=[0, n_tokens], y=[0, n_tokens], mode="markers", marker=dict(opacity=0), hoverinfo="skip",
+                   showlegend=False),
+    ])
+    if window is not None:
+        a, b = window
+        fig.add_shape(type="rect", x0=a, x1=b, y0=a, y1=b, line=dict(color="#d62728", width=2))
+    fig.update_layout(
+        title=f"{title} · {REDUCES[reduce]} of {block:,}-token blocks "
+              f"· colours up to the {QUANTILE}th percentile · drag a box to zoom",
+        dragmode="select",
+        xaxis=dict(title="key position", side="top", range=[0, n_tokens]),
+        yaxis=dict(title="query position", autorange="reversed"),
+        margin=dict(l=10, r=10, t=90, b=10), height=560,
+    )
+    return fig
+
+
+def window_heatmap(w: np.ndarray, start: int, tokens, title: str) -> go.Figure:
+    """Exact weights of a window (n, n) of queries and keys ``start … start+n−1``, token labels as tick text."""
+    n = w.shape[0]
+    pos = np.arange(start, start + n)
+    every = max(1, -(-n // WINDOW_TICKS))
+    ticks = pos[::every]
+    text = safe(f"{clean(tokens[i])} ·{i}" for i in ticks)
+    top = colour_top(w)
+    fig = go.Figure(go.Heatmap(
+        z=np.asarray(w, np.float32), x=pos, y=pos, zmin=0, zmax=top, colorscale=PROB_SCALE, colorbar=_colour_bar(top),
+        hovertemplate="query %{y} · key %{x}<br>weight %{z:.5f}<extra></extra>",
+    ))
+    fig.update_layout(
+        title=f"{title} · tokens {start:,}–{start + n - 1:,}, exact weights",
+        xaxis=dict(title="key", side="top", tickvals=ticks, ticktext=text, tickangle=-60),
+        yaxis=dict(title="query", tickvals=ticks, ticktext=text, autorange="reversed"),
+        margin=dict(l=10, r=10, t=110, b=10), height=min(900, 320 + 12 * min(n, WINDOW_TICKS)),
+    )
+    return fig
+
+
+def reach_lines(row: np.ndarray, col: np.ndarray, focus: int, label: str, title: str) -> go.Figure:
+    """What token ``focus`` attends to (``row``, over keys) and what attends to it (``col``, over queries)."""
+    fig = go.Figure([
+        go.Scattergl(y=np.asarray(row, np.float32), x0=0, dx=1, mode="lines", name="it attends to (its row)",
+                     hovertemplate="key %{x}: %{y:.4g}<extra>attends to</extra>"),
+        go.Scattergl(y=np.asarray(col, np.float32), x0=0, dx=1, mode="lines", name="attends to it (its column)",
+                     hovertemplate="query %{x}: %{y:.4g}<extra>attends to it</extra>"),
+    ])
+    fig.add_vline(x=focus, line=dict(color="#d62728", dash="dot"))
+    fig.update_layout(
+        title=f"{title} · “{html.escape(label, quote=False)}” at {focus:,}", xaxis=dict(title="position"),
+        yaxis=dict(title="weight", rangemode="tozero"), height=340, margin=dict(l=10, r=10, t=60, b=10),
+        legend=dict(orientation="h", y=-0.25),
+    )
+    return fig
+
+
+def reach_html(tokens, word_ids, weights: np.ndarray, focus: int, height: int = 320, floor: float = 0.03,
+               most: int = SHADED) -> str:
+    """The whole text as escaped HTML in a scrolling box, shaded by ``weights`` (T,) relative to their largest.
+    Only the ``most`` largest weights of at least ``floor`` of the largest are shaded, the rest stay plain text,
+    so 16,384 tokens stay ~0.2 MB; ``focus`` is outlined. Every shaded token's title is its weight."""
+    weights = np.asarray(weights, np.float32)
+    top = max(float(weights.max()), 1e-30)
+    shaded = np.zeros(len(weights), bool)
+    strongest = np.argsort(-weights, kind="stable")[:most]
+    shaded[strongest[weights[strongest] >= floor * top]] = True
+    parts = []
+    for i, t in enumerate(tokens):
+        glued = i > 0 and word_ids[i] >= 0 and word_ids[i] == word_ids[i - 1]
+        space = " " if i > 0 and not glued else ""
+        piece = html.escape(clean(t))
+        if i == focus:
+            parts.append(f'{space}<b style="outline:2px solid #d62728" title="{weights[i]:.4g}">{piece}</b>')
+        elif shaded[i]:
+            a = float(weights[i]) / top
+            dark = ";color:#fff" if a > 0.55 else ""
+            parts.append(f'{space}<span title="{weights[i]:.4g}" style="background:#2171b5{round(a * 255):02x}{dark}">'
+                         f"{piece}</span>")
+        else:
+            parts.append(space + piece)
+    return (f'<div style="max-height:{height}px;overflow-y:auto;line-height:1.9;border:1px solid #ddd;'
+            f'padding:6px;white-space:pre-wrap">' + "".join(parts) + "</div>")
+
+
+def sink_grid(share: np.ndarray, threshold: float, what: str = "the first token") -> go.Figure:
+    """(L, H) share of each head's weight on ``what``; heads at or above ``threshold`` are marked ●."""
+    L, H = share.shape
+    marks = np.where(share >= threshold, "●", "")
+    fig = go.Figure(go.Heatmap(
+        z=np.asarray(share, np.float32), x=np.arange(H), y=np.arange(L), zmin=0, zmax=1, colorscale=PROB_SCALE,
+        text=marks, texttemplate="%{text}", colorbar=dict(title="share"),
+        hovertemplate=f"layer %{{y}}, head %{{x}}<br>%{{z:.1%}} of its weight on {what}<extra></extra>",
+    ))
+    fig.update_layout(
+        title=f"share of attention to {what} · ● at least {threshold:.0%}: an attention sink (Xiao et al. 2023)",
+        xaxis=dict(title="head", tickvals=list(range(H)), side="top"),
+        yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed"),
+        height=int(min(700, 160 + 36 * L)), margin=dict(l=10, r=10, t=80, b=10),
+    )
+    return fig
+
+
+def received_line(received: np.ndarray, n_queries: int, title: str) -> go.Figure:
+    """The share of all weight each key position receives (``received`` (Tk,) summed over ``n_queries`` rows)."""
+    fig = go.Figure(go.Scattergl(y=np.asarray(received, np.float32) / n_queries, x0=0, dx=1, mode="lines",
+                                 hovertemplate="key %{x}: %{y:.3%} of the weight<extra></extra>"))
+    fig.update_layout(title=f"{title} · share of the weight each key receives", xaxis=dict(title="key position"),
+                      yaxis=dict(title="share", type="log"), height=300, margin=dict(l=10, r=10, t=50, b=10))
+    return fig
+
+
+def distance_profile(distance: np.ndarray, labels: list[str], title: str, selected: int | None = None) -> go.Figure:
+    """(H, bins) share of each head's weight by query–key distance, one line per head over log bins."""
+    fig = go.Figure([
+        go.Scatter(x=np.arange(len(labels)), y=np.asarray(d, np.float32), mode="lines+markers", name=f"head {h}",
+                   line=dict(width=4 if h == selected else 1.5),
+                   hovertemplate=f"head {h} · distance %{{customdata}}<br>%{{y:.1%}}<extra></extra>",
+                   customdata=labels)
+        for h, d in enumerate(distance)
+    ])
+    fig.update_layout(
+        title=f"{title} · how weight falls off with query–key distance (log bins)",
+        xaxis=dict(title="distance |query − key| in tokens", tickvals=list(range(len(labels))), ticktext=labels),
+        yaxis=dict(title="share of the weight", rangemode="tozero"), height=360, margin=dict(l=10, r=10, t=50, b=10),
+    )
+    return fig

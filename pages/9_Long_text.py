@@ -1,0 +1,133 @@
+"""Long text: every head pooled, a head at block resolution with an exact zoomed window, a token's reach
+across the document, attention sinks and distance profiles — up to ATTNVIZ_MAX_LONG_TOKENS tokens."""
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from attnviz import settings
+from attnviz.analysis import long
+from attnviz.figures import long as figs
+from attnviz.tokens import clean
+from attnviz.ui.frame import frame, layer_head, plain
+from attnviz.ui.long import cached_column, cached_survey, uploaded_text
+
+WINDOW_MAX = 256  # tokens a side of the exact window: 65,536 cells, ~0.35 MB of float32 in the page
+DETAIL = 256  # blocks a side of a head at block resolution
+TOP_K = 10
+RANGE_LIMITS = {  # analyses that need every weight at once, with what they cost
+    "Attention rollout and flow (Analysis page)": "multiply L dense T×T matrices (rollout is O(L·T³)); "
+                                                   "they run up to the app's token cap (ATTNVIZ_MAX_TOKENS, 512 by default)",
+    "Head importance by ablation (Analysis page)": "runs the model once per head: at this length each run is a full forward",
+    "Token focus and every head cell by cell (Attention page)": "draws T×T cells per head",
+}
+
+cap = settings.max_long_tokens()
+f = frame("Long text", limit=cap, text_from=uploaded_text)
+stack = f.trace.stack(None)  # self-attention; an encoder–decoder's encoder
+tokens, T = stack.queries.tokens, stack.queries.n_tokens
+L, H = stack.weights.shape[:2]
+if f.trace.truncated:
+    st.warning(f"The text has more tokens than this page takes: the first {T:,} are shown and "
+               f"{f.trace.truncated:,} were cut (limit {f.model.limit(cap):,}: ATTNVIZ_MAX_LONG_TOKENS "
+               "or the model's own position limit).")
+
+st.title("Long text")
+if f.trace.kind == "encoder-decoder":
+    st.caption("An encoder–decoder: this page shows the encoder's self-attention.")
+reduce = st.radio("Pool blocks by their", list(figs.REDUCES), key="pool", bind="query-params", horizontal=True,
+                  help="max keeps a single sharp weight visible; mean shows where weight lies.")
+small = figs.overview_size(L, H)
+survey = cached_survey(stack, (small, DETAIL))
+layer, head = layer_head(L, H, with_mean=True)
+name = f"layer {layer}, mean of {H} heads" if head is None else f"layer {layer}, head {head}"
+
+
+def open_head() -> None:
+    """Overview click: point i of the mosaic is head i, row by row."""
+    points = st.session_state["long_overview"].selection.points
+    if points and "point_index" in points[0]:
+        st.session_state["layer"], st.session_state["head"] = divmod(int(points[0]["point_index"]), H)
+
+
+st.subheader("Every head")
+mosaic = figs.head_mosaic(survey.pooled("overview", reduce), reduce, T, survey.block("overview"), (layer, head))
+st.plotly_chart(mosaic, key="long_overview", on_select=open_head, selection_mode="points")
+
+
+def initial(key: str, value: int) -> dict:
+    """A widget's default, unless a click or a box already set it (a default beside that makes Streamlit warn)."""
+    return {} if key in st.session_state else {"value": value}
+
+
+def zoom_to_box() -> None:
+    """A box dragged on the block map: the window becomes the tokens it spans (at most WINDOW_MAX)."""
+    boxes = st.session_state["long_blocks"].selection.box
+    if boxes:
+        (x0, x1), (y0, y1) = sorted(boxes[0]["x"]), sorted(boxes[0]["y"])
+        first = int(np.clip(min(x0, y0), 0, T - 1))
+        st.session_state["zoom_start"] = first
+        st.session_state["zoom_size"] = int(np.clip(np.ceil(max(x1, y1)) - first, 1, WINDOW_MAX))
+
+
+st.subheader("Detail and zoom")
+c1, c2 = st.columns(2)
+start = c1.number_input("Window from token", 0, T - 1, key="zoom_start", bind="query-params", **initial("zoom_start", 0))
+size = c2.number_input("Window size", 1, WINDOW_MAX, key="zoom_size", bind="query-params",
+                       help=f"At most {WINDOW_MAX} tokens: every cell is drawn with its exact weight.",
+                       **initial("zoom_size", min(64, T)))
+start, stop = int(start), min(T, int(start) + int(size))
+blocks = (survey.layer_max[layer] if reduce == "max" else survey.pooled("detail", reduce)[layer].mean(0)) \
+    if head is None else survey.pooled("detail", reduce)[layer, head]  # (s, s)
+left, right = st.columns(2)
+left.plotly_chart(figs.blocks_heatmap(blocks, survey.starts["detail"], survey.block("detail"), T, name, reduce, (start, stop)),
+                  key="long_blocks", on_select=zoom_to_box, selection_mode="box")
+w = long.window(stack.weights, layer, head, start, stop)  # (n, n) exact
+right.plotly_chart(figs.window_heatmap(w, start, tokens, name), key="long_window")
+right.caption(f"These rows keep {w.sum(1).mean():.1%} of their weight inside the window on average; "
+              "the rest goes to tokens outside it.")
+
+st.subheader("A token's reach")
+c1, c2 = st.columns([1, 2])
+word = c2.text_input("Find a word", key="find", help="Lists the positions of a token that reads this word.")
+if word:
+    hits = long.find(tokens, word)
+    if hits:
+        c2.caption(f"{len(hits):,} positions: " + ", ".join(f"{i:,}" for i in hits[:40]) + (" …" if len(hits) > 40 else ""))
+        if c2.button(f"Go to the first ({hits[0]:,})", key="find_go"):
+            st.session_state["token"] = hits[0]
+    else:
+        c2.caption(f"No token reads {plain(word)!s}.")
+focus = int(c1.number_input("Token position", 0, T - 1, key="token", bind="query-params", **initial("token", min(1, T - 1))))
+row = f.trace.row(layer, head, focus, stack.name if stack.name != "self" else None)  # (Tk,)
+col = cached_column(stack, layer, head, focus)  # (Tq,)
+st.plotly_chart(figs.reach_lines(row, col, focus, clean(tokens[focus]), name), key="long_reach")
+direction = st.radio("Shade the text by", ["what it attends to", "what attends to it"], key="reach_dir",
+                     horizontal=True, bind="query-params")
+shade = row if direction == "what it attends to" else col
+st.html(figs.reach_html(tokens, stack.queries.word_ids, shade, focus))
+top = long.top_keys(shade, TOP_K)
+st.dataframe(pd.DataFrame(
+    [(int(i), float(shade[i]), *long.context(tokens, int(i))) for i in top],
+    columns=["position", "weight", "before", "token", "after"],
+), hide_index=True)
+
+st.subheader("Attention received and sinks")
+share = long.first_token_share(survey)
+st.plotly_chart(figs.sink_grid(share, long.SINK_SHARE), key="long_sinks")
+delim = long.delimiters(tokens, stack.queries.special)
+found = long.sinks(survey)
+st.caption((f"{len(found)} sink heads: " + ", ".join(f"L{l} H{h} ({s:.0%})" for l, h, s in found[:12])) if found
+           else f"No head puts {long.SINK_SHARE:.0%} or more of its weight on the first token.")
+if delim.any():
+    st.plotly_chart(figs.sink_grid(long.delimiter_share(survey, delim), long.SINK_SHARE,
+                                   "delimiters (punctuation and special tokens)"), key="long_delims")
+received = survey.received[layer].mean(0) if head is None else survey.received[layer, head]  # (Tk,)
+st.plotly_chart(figs.received_line(received, T, name), key="long_received")
+
+st.subheader("Distance profile")
+st.plotly_chart(figs.distance_profile(survey.distance[layer], long.distance_labels(survey.edges), f"layer {layer}", head),
+                key="long_distance")
+
+with st.expander("What does not run at this length"):
+    st.markdown("\n".join(f"- **{k}**: {v}." for k, v in RANGE_LIMITS.items()))

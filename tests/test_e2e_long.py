@@ -1,0 +1,72 @@
+"""The Long text page in a real browser at 8,192 tokens: a zoomed link draws the trace's own exact weights, and a
+box dragged on the block map zooms there and puts the window in the address."""
+
+from urllib.parse import parse_qs, quote, urlsplit
+
+import numpy as np
+import pytest
+
+import attnviz
+from conftest import SCREENSHOTS, start_server
+from test_long_page import N, TEXT
+
+TIMEOUT = 1_200_000  # the server's forward and survey at 8,192 tokens take minutes on a busy machine
+WINDOW = """() => {
+  const gd = document.querySelector('.st-key-long_window .js-plotly-plot');
+  if (!gd || !gd.data || gd.closest('[data-stale="true"]')) return null;
+  const t = gd.data[0];
+  const arr = v => (v && v._inputArray) ? v._inputArray : v;  // plotly keeps a base64 array's decoded values here
+  const x = arr(t.x), z = arr(t.z), n = x.length;
+  const rows = (z[0] && z[0].length !== undefined) ? Array.from(z, r => Array.from(r))
+    : Array.from({length: n}, (_, i) => Array.from(z.slice(i * n, (i + 1) * n)));
+  return {x0: x[0], n: n, z: rows};
+}"""
+
+
+@pytest.fixture(scope="module")
+def long_server():
+    proc, url = start_server({"ATTNVIZ_MAX_LONG_TOKENS": str(N), "ATTNVIZ_MAX_CHARS": "200000"})
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def head():
+    return attnviz.load("builtin:seed").trace(TEXT, max_tokens=N).head(2, 5)  # (T, T)
+
+
+def window(page, start: int) -> dict:
+    page.wait_for_function(f"() => {{ const w = ({WINDOW})(); return w && w.x0 === {start}; }}", timeout=TIMEOUT)
+    return page.evaluate(WINDOW)
+
+
+def test_a_zoomed_link_and_a_dragged_box_show_exact_weights(page, long_server, head):
+    page.goto(f"{long_server}/Long_text?model=builtin%3Aseed&layer=2&head=5&zoom_start=4000&zoom_size=48"
+              f"&text={quote(TEXT)}", timeout=TIMEOUT)
+    got = window(page, 4000)
+    assert got["n"] == 48
+    np.testing.assert_allclose(np.array(got["z"]), head[4000:4048, 4000:4048], rtol=1e-6, atol=1e-9)
+    page.locator(".gtitle", has_text="all 6 layers × 8 heads over 8,192 tokens").wait_for(timeout=TIMEOUT)
+
+    # Drag a box on the block map from about token 2,000 to 2,100 (the plot area spans tokens 0 to 8,192).
+    area = page.locator(".st-key-long_blocks .nsewdrag").first
+    area.scroll_into_view_if_needed()
+    box = area.bounding_box()
+    at = lambda token, side, offset: offset + side * token / N  # noqa: E731
+    page.mouse.move(at(2000, box["width"], box["x"]), at(2000, box["height"], box["y"]))
+    page.mouse.down()
+    page.mouse.move(at(2060, box["width"], box["x"]), at(2060, box["height"], box["y"]), steps=5)
+    page.mouse.move(at(2100, box["width"], box["x"]), at(2100, box["height"], box["y"]), steps=5)
+    page.mouse.up()
+    page.wait_for_function("() => !location.search.includes('zoom_start=4000')", timeout=TIMEOUT)
+    link = parse_qs(urlsplit(page.url).query)
+    start, size = int(link["zoom_start"][0]), int(link["zoom_size"][0])
+    assert abs(start - 2000) < 40 and abs(start + size - 2100) < 40, (start, size)
+    got = window(page, start)
+    np.testing.assert_allclose(np.array(got["z"]), head[start:start + size, start:start + size], rtol=1e-6, atol=1e-9)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator(".st-key-long_blocks").screenshot(path=str(SCREENSHOTS / "long_text_blocks.png"))
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.locator(".st-key-long_blocks").scroll_into_view_if_needed()
+    page.screenshot(path=str(SCREENSHOTS / "long_text_zoom.png"))

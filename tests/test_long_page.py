@@ -1,0 +1,170 @@
+"""The Long text page in real Streamlit (AppTest) at 8,192 tokens of builtin:seed: the overview, the block map and
+a zoomed window carry the trace's own exact weights, a token's reach finds a rare word and shows its row and
+column, a link reopens the same window, and the page stays under 2 MB."""
+
+import base64
+import json
+import os
+import re
+import struct
+
+import numpy as np
+import pytest
+from streamlit.proto.WidgetStates_pb2 import WidgetState
+from streamlit.testing.v1 import AppTest
+
+from attnviz.analysis.long import top_keys
+from helpers import decode
+
+N = 8192
+WORDS = "the of and river stone cloud light paper window garden music water field house".split()
+RARE = "zeppelin"
+
+
+def document() -> str:
+    """~8,300 common words with a rare one twice, 7,800 words apart."""
+    rng = np.random.default_rng(14)
+    words = list(rng.choice(WORDS, 8300))
+    words[100] = words[7900] = RARE
+    return " ".join(words)
+
+
+TEXT = document()
+ZOOM = dict(layer="2", head="5", zoom_start="4000", zoom_size="48", pool="mean")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def long_settings():
+    old = {k: os.environ.get(k) for k in ("ATTNVIZ_MAX_LONG_TOKENS", "ATTNVIZ_MAX_CHARS")}
+    os.environ.update(ATTNVIZ_MAX_LONG_TOKENS=str(N), ATTNVIZ_MAX_CHARS="200000")
+    yield
+    for k, v in old.items():
+        os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+def run(**params) -> AppTest:
+    at = AppTest.from_file("../pages/9_Long_text.py", default_timeout=1200)
+    at.query_params.update(model="builtin:seed", text=TEXT, **params)
+    at.run()
+    assert not at.exception and not at.error, (at.exception, at.error)
+    return at
+
+
+def charts(at) -> dict:
+    return {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+
+
+@pytest.fixture(scope="module")
+def zoomed():
+    return run(**ZOOM)
+
+
+@pytest.fixture(scope="module")
+def trace(zoomed):
+    """The page's own trace, from the page's cache (a second forward would cost another ~30 s)."""
+    from attnviz.ui.frame import _cached_long_trace
+
+    return _cached_long_trace("builtin:seed", TEXT, None, N)
+
+
+@pytest.fixture(scope="module")
+def head(trace):
+    return trace.head(2, 5)  # (T, T) exact, 256 MB
+
+
+def test_the_overview_blocks_and_window_are_the_traces_own(zoomed, trace, head):
+    assert trace.n_tokens == N and trace.truncated > 0
+    assert any(f"{N} tokens" in c.value for c in zoomed.caption)
+    assert any(f"the first {N:,} are shown" in w.value for w in zoomed.warning)
+    figs = charts(zoomed)
+    window = figs["long_window"]["data"][0]
+    np.testing.assert_array_equal(decode(window["x"]), np.arange(4000, 4048))
+    np.testing.assert_allclose(decode(window["z"]), head[4000:4048, 4000:4048], rtol=1e-6, atol=1e-9)
+    assert "tokens 4,000–4,047, exact weights" in figs["long_window"]["layout"]["title"]["text"]
+    blocks = figs["long_blocks"]["data"][0]
+    b = N // 256
+    np.testing.assert_allclose(decode(blocks["z"]), head.reshape(256, b, 256, b).mean((1, 3)), rtol=1e-4)
+    assert "block mean of 32-token blocks" in figs["long_blocks"]["layout"]["title"]["text"]
+    (rect,) = figs["long_blocks"]["layout"]["shapes"]
+    assert (rect["x0"], rect["x1"]) == (4000, 4048)
+    overview = figs["long_overview"]
+    assert "block mean" in overview["layout"]["title"]["text"]
+    assert decode(overview["data"][1]["customdata"]).tolist() == [[l, h] for l in range(6) for h in range(8)]
+    png = base64.b64decode(overview["data"][0]["source"].split(",", 1)[1])
+    width, height = struct.unpack(">II", png[16:24])  # the mosaic: 8 heads × 6 layers of tiles with 1-pixel gaps
+    tile = (width + 1) // 8
+    assert (width, height) == (8 * tile - 1, 6 * tile - 1) and tile > 8
+
+
+def test_the_page_stays_under_two_megabytes(zoomed):
+    charts_ = sum(len(c.proto.spec) for c in zoomed.get("plotly_chart"))
+    html = sum(len(h.proto.body) for h in zoomed.get("html"))
+    tables = sum(t.proto.ByteSize() for t in zoomed.dataframe)
+    print(f"payload at {N} tokens: charts {charts_:,} B, html {html:,} B, tables {tables:,} B")
+    assert charts_ + html + tables <= 2 * 2**20
+
+
+def test_a_shared_zoomed_link_reopens_the_same_window(zoomed, head):
+    again = run(**ZOOM)  # a fresh session opening the same link
+    assert charts(again)["long_window"] == charts(zoomed)["long_window"]
+    start = again.number_input(key="zoom_start")
+    assert start.value == 4000 and again.number_input(key="zoom_size").value == 48
+    start.set_value(6000).run()  # (AppTest does not mirror bound widgets into its URL: test_e2e_long checks that)
+    assert again.number_input(key="zoom_start").value == 6000
+    window = charts(again)["long_window"]["data"][0]
+    np.testing.assert_allclose(decode(window["z"]), head[6000:6048, 6000:6048], rtol=1e-6, atol=1e-9)
+
+
+def test_clicking_a_head_in_the_overview_opens_it(trace):
+    at = run(**ZOOM)
+    overview = [c for c in at.get("plotly_chart") if c.proto.id.endswith("long_overview")][0]
+    point = {"curve_number": 1, "point_number": 13, "point_index": 13}  # layer 1, head 5 of 8
+    state = at._tree.get_widget_states()
+    state.widgets.append(WidgetState(id=overview.proto.id, string_value=json.dumps(
+        {"selection": {"points": [point], "point_indices": [13], "box": [], "lasso": []}})))
+    at._run(state)
+    assert not at.exception
+    assert (at.query_params["layer"], at.query_params["head"]) == ("1", "5")
+    figs = charts(at)
+    assert figs["long_blocks"]["layout"]["title"]["text"].startswith("layer 1, head 5 · block mean")
+    np.testing.assert_allclose(decode(figs["long_window"]["data"][0]["z"]),
+                               trace.weights.tile(1, [5], 4000, 4048)[0, :, 4000:4048], rtol=1e-6)
+
+
+def test_a_box_dragged_on_the_block_map_zooms_to_its_tokens(head):
+    at = run(**ZOOM)
+    blocks = [c for c in at.get("plotly_chart") if c.proto.id.endswith("long_blocks")][0]
+    # AppTest cannot drag, so send what the browser sends for a box over keys 1,000–1,100, queries 1,020–1,180.
+    state = at._tree.get_widget_states()
+    box = {"xref": "x", "yref": "y", "x": [1100.4, 1000.2], "y": [1020.0, 1180.7]}
+    state.widgets.append(WidgetState(id=blocks.proto.id, string_value=json.dumps(
+        {"selection": {"points": [], "point_indices": [], "box": [box], "lasso": []}})))
+    at._run(state)
+    assert not at.exception
+    assert (at.number_input(key="zoom_start").value, at.number_input(key="zoom_size").value) == (1000, 181)
+    window = charts(at)["long_window"]["data"][0]
+    np.testing.assert_allclose(decode(window["z"]), head[1000:1181, 1000:1181], rtol=1e-6, atol=1e-9)
+
+
+def test_a_tokens_reach_finds_the_rare_word_and_shows_its_row_and_column(zoomed, trace, head):
+    p1, p2 = [i for i, t in enumerate(trace.tokens) if t == RARE]
+    assert p2 - p1 > 7000
+    zoomed.text_input(key="find").set_value(RARE).run()
+    assert any(f"2 positions: {p1:,}, {p2:,}" in c.value for c in zoomed.caption)
+    zoomed.button(key="find_go").click().run()
+    assert zoomed.number_input(key="token").value == p1
+    zoomed.number_input(key="token").set_value(p2).run()
+    reach = charts(zoomed)["long_reach"]
+    row, col = decode(reach["data"][0]["y"]), decode(reach["data"][1]["y"])
+    np.testing.assert_allclose(row, head[p2], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(col, head[:, p2], rtol=1e-6, atol=1e-9)
+    (text,) = [h.proto.body for h in zoomed.get("html")]
+    assert re.search(rf'<b style="outline:2px solid #d62728" title="[^"]+">{RARE}</b>', text)
+    shaded = [float(t) for t in re.findall(r' title="([^"]+)"', text)]
+    assert max(shaded) == pytest.approx(head[p2].max(), rel=1e-3)  # the darkest token is the row's largest weight
+    table = zoomed.dataframe[0].value
+    assert table["position"].tolist() == top_keys(head[p2], 10).tolist()
+    np.testing.assert_allclose(table["weight"], head[p2, table["position"]], rtol=1e-6)
+    # What attends to it: the table and shading follow the column.
+    zoomed.radio(key="reach_dir").set_value("what attends to it").run()
+    assert zoomed.dataframe[0].value["position"].tolist() == top_keys(head[:, p2], 10).tolist()
