@@ -9,7 +9,8 @@ from attnviz import settings
 from attnviz.analysis import long
 from attnviz.figures import long as figs
 from attnviz.tokens import clean
-from attnviz.ui.frame import frame, layer_head, plain
+from attnviz.ui.frame import frame, layer_head
+from attnviz.ui.share import plain
 from attnviz.ui.long import cached_column, cached_survey, uploaded_text
 
 WINDOW_MAX = 256  # tokens a side of the exact window: 65,536 cells, ~0.35 MB of float32 in the page

@@ -1,6 +1,7 @@
 """The Long text page in a real browser at 8,192 tokens: a zoomed link draws the trace's own exact weights, and a
 box dragged on the block map zooms there and puts the window in the address."""
 
+import os
 from urllib.parse import parse_qs, quote, urlsplit
 
 import numpy as np
@@ -10,7 +11,7 @@ import attnviz
 from conftest import SCREENSHOTS, start_server
 from test_long_page import N, TEXT
 
-TIMEOUT = 1_200_000  # the server's forward and survey at 8,192 tokens take minutes on a busy machine
+TIMEOUT = int(os.environ.get("E2E_LONG_TIMEOUT_MS", 1_200_000))  # the server's forward and survey at 8,192 tokens take minutes on a busy machine
 WINDOW = """() => {
   const gd = document.querySelector('.st-key-long_window .js-plotly-plot');
   if (!gd || !gd.data || gd.closest('[data-stale="true"]')) return null;
@@ -20,6 +21,13 @@ WINDOW = """() => {
   const rows = (z[0] && z[0].length !== undefined) ? Array.from(z, r => Array.from(r))
     : Array.from({length: n}, (_, i) => Array.from(z.slice(i * n, (i + 1) * n)));
   return {x0: x[0], n: n, z: rows};
+}"""
+
+
+PIXEL = """(token) => {  // where (key token, query token) is on screen in the block map
+  const gd = document.querySelector('.st-key-long_blocks .js-plotly-plot'), r = gd.getBoundingClientRect();
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  return [r.left + xa._offset + xa.l2p(token), r.top + ya._offset + ya.l2p(token)];
 }"""
 
 
@@ -49,20 +57,20 @@ def test_a_zoomed_link_and_a_dragged_box_show_exact_weights(page, long_server, h
     np.testing.assert_allclose(np.array(got["z"]), head[4000:4048, 4000:4048], rtol=1e-6, atol=1e-9)
     page.locator(".gtitle", has_text="all 6 layers × 8 heads over 8,192 tokens").wait_for(timeout=TIMEOUT)
 
-    # Drag a box on the block map from about token 2,000 to 2,100 (the plot area spans tokens 0 to 8,192).
+    # Drag a box on the block map from token 2,000 to 2,250, placed by the axes' own data-to-pixel maps (the plot
+    # area need not be square, and plotly turns a drag under 12 px on a side into a whole-axis band).
     area = page.locator(".st-key-long_blocks .nsewdrag").first
     area.scroll_into_view_if_needed()
-    box = area.bounding_box()
-    at = lambda token, side, offset: offset + side * token / N  # noqa: E731
-    page.mouse.move(at(2000, box["width"], box["x"]), at(2000, box["height"], box["y"]))
+    at = lambda token: page.evaluate(PIXEL, token)  # noqa: E731
+    page.mouse.move(*at(2000))
     page.mouse.down()
-    page.mouse.move(at(2060, box["width"], box["x"]), at(2060, box["height"], box["y"]), steps=5)
-    page.mouse.move(at(2100, box["width"], box["x"]), at(2100, box["height"], box["y"]), steps=5)
+    page.mouse.move(*at(2125), steps=5)
+    page.mouse.move(*at(2250), steps=5)
     page.mouse.up()
     page.wait_for_function("() => !location.search.includes('zoom_start=4000')", timeout=TIMEOUT)
     link = parse_qs(urlsplit(page.url).query)
     start, size = int(link["zoom_start"][0]), int(link["zoom_size"][0])
-    assert abs(start - 2000) < 40 and abs(start + size - 2100) < 40, (start, size)
+    assert abs(start - 2000) < 40 and abs(start + size - 2250) < 40, (start, size)
     got = window(page, start)
     np.testing.assert_allclose(np.array(got["z"]), head[start:start + size, start:start + size], rtol=1e-6, atol=1e-9)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
