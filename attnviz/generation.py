@@ -54,6 +54,12 @@ class Generation(NamedTuple):
     def n_new(self) -> int:
         return self.trace.n_tokens - self.prompt_len
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What a trace file adds for a generation (``export.to_npz(g.trace, g.arrays())``), pickle-free."""
+        return {"generation/prompt_len": np.array(self.prompt_len), "generation/top_ids": self.top_ids,
+                "generation/top_probs": self.top_probs, "generation/top_tokens": np.array(self.top_tokens, str),
+                "generation/continuation": np.array(self.continuation)}
+
 
 def top_next(logits: torch.Tensor, k: int = TOP_K_SHOWN) -> tuple[np.ndarray, np.ndarray]:
     """Logits (N, V) -> (ids (N, k), probabilities (N, k)) of the k likeliest tokens at each row."""
