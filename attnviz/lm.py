@@ -1,10 +1,10 @@
 """``builtin:lm``: the data it learns from and its training loop, with the induction score tracked over steps.
 
 The data is generated here, from a seed: short stories of templated sentences in which earlier sentences
-come back word for word (what an induction head completes: [A][B] … [A] → [B]), and, three documents in five,
+come back word for word (what an induction head completes: [A][B] … [A] → [B]), and, nine documents in ten,
 a run of random words repeated (the standard probe's shape, so the heads that form generalise to any tokens).
 
-    python -m attnviz.train lm            # about two minutes on one core
+    python -m attnviz.train lm            # 2,500 steps: about five minutes on one free core
 """
 
 from __future__ import annotations
@@ -53,8 +53,10 @@ def sentence(rng: random.Random) -> list[str]:
 
 def document(rng: random.Random, length: int) -> list[str]:
     """``length`` words: a story whose sentences often repeat an earlier one, or a random run repeated."""
-    if rng.random() < 0.6:
-        run = rng.sample(WORDS, rng.randint(4, min(50, length // 2)))
+    if rng.random() < 0.9:
+        # Runs of 3 to 50 words, log-uniform: short runs repeat many times (the signal that makes induction
+        # heads form at all), long ones teach them to reach as far back as the probe's 50.
+        run = rng.sample(WORDS, int(round(3 * (50 / 3) ** rng.random())))
         return (run * (length // len(run) + 1))[:length]
     words: list[list[str]] = []
     while sum(map(len, words)) < length:
@@ -72,16 +74,16 @@ def batch(rng: random.Random, size: int, length: int) -> torch.Tensor:
 class LMConfig:
     """The language model's size and optimisation; pre-norm (trains without warm-up tricks), sinusoidal positions."""
 
-    steps: int = 1200
-    batch_size: int = 32
+    steps: int = 2500
+    batch_size: int = 16
     d_model: int = 64
     n_heads: int = 4
     n_layers: int = 2
-    d_ff: int = 128
+    d_ff: int = 64
     max_len: int = 112  # the probe is [BOS] + 2 × 50 words
     lr: float = 3e-3
     warmup: int = 50
-    eval_every: int = 50  # the induction and previous-token scores on the probe, every so many steps
+    eval_every: int = 25  # the induction and previous-token scores on the probe, every so many steps
     log_every: int = 10
     seed: int = 0
 

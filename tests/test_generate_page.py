@@ -59,3 +59,22 @@ def test_user_text_is_escaped(gpt2):
                 gen_new="3"))
     shown = " ".join(h.proto.body for h in at.get("html"))
     assert "<b id=pwn>" not in shown and "<img" not in shown and "&lt;" in shown
+
+
+def test_stepping_with_the_slider_on_builtin_lm():
+    """The shipped language model: the slider walks the steps, the link follows, every figure follows."""
+    import attnviz
+
+    prompt = "anna saw the red ball . then ben found the box . anna saw the"
+    g = attnviz.load("builtin:lm").generate(prompt, Sampling(5))
+    at = ok(run("pages/8_Generate.py", model="builtin:lm", text=prompt, gen_new="5", layer="1", head="0"))
+    for step in range(1, g.n_new + 1):
+        if step > 1:
+            at.slider(key="gen_step").set_value(step)
+            at = ok(at.run())
+            assert at.slider(key="gen_step").value == step  # (the address bar: tests/test_e2e_generate.py)
+        figs = charts(at)
+        pos = g.prompt_len + step - 1
+        np.testing.assert_allclose(decode(figs["gen_step_attention"]["data"][0]["y"]),
+                                   g.trace.row(1, 0, pos - 1)[:pos], atol=1e-6)
+        np.testing.assert_allclose(decode(figs["gen_top"]["data"][0]["x"]), g.top_probs[step - 1], atol=1e-9)

@@ -13,6 +13,7 @@ from ..capture import record
 from ..nn import EncoderModel, TransformerConfig
 from ..traces import AttentionTrace
 from .common import Encoded, TorchBackend, check_text, encode, ordinary_ids, stack_trace, wrapped
+from .lm import LM
 from .trained import TRAINED
 
 
@@ -164,4 +165,4 @@ def _seed() -> BuiltinModel:
 
 
 # key -> factory; trained examples register themselves here too.
-BUILTIN = {"builtin:minilm": _minilm, "builtin:seed": _seed, **TRAINED}
+BUILTIN = {"builtin:minilm": _minilm, "builtin:seed": _seed, **TRAINED, **LM}
