@@ -55,7 +55,7 @@ def lm_curves(history: list[dict], title: str = "") -> go.Figure:
         xaxis=dict(title="step", rangemode="tozero"),
         yaxis=dict(title="loss", rangemode="tozero"),
         yaxis2=dict(title="best head's score on the probe", range=[0, 1.02], overlaying="y", side="right",
-                    showgrid=False),
+                    showgrid=False, tickvals=[0, 0.25, 0.5, 0.75, 1]),
         legend=dict(orientation="h", y=-0.2),
         margin=dict(l=10, r=10, t=50 if title else 20, b=10),
         height=360,
