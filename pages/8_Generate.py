@@ -13,6 +13,7 @@ from attnviz.ui.frame import frame, layer_head, plain
 
 f = frame("Generate")
 st.title("Generate")
+layer, head = layer_head(f.model.n_layers, f.model.n_heads, with_mean=True)  # shared with the other pages' links
 if f.trace.kind != "decoder" or not hasattr(f.model, "generate"):
     st.info(plain(f"{f.key} is not a causal language model. Pick builtin:lm, or a Hugging Face causal LM "
                   "(hf:gpt2 or a local folder), in the sidebar: the text box holds the prompt."))
@@ -53,8 +54,6 @@ spans = [f'<span style="color: {NEW_COLOUR if i >= g.prompt_len else "inherit"};
 st.html('<div style="font-family: monospace; line-height: 1.8">' + " ".join(spans[: g.prompt_len]) + " ‖ "
         + " ".join(spans[g.prompt_len:]) + "</div>")
 
-L, H = t.n_layers, t.n_heads
-layer, head = layer_head(L, H, with_mean=True)
 which = "mean of heads" if head is None else f"head {head}"
 query = pos - 1  # the position whose output chose this token
 st.plotly_chart(step_attention(

@@ -97,21 +97,21 @@ def test_trace_generate_and_checkpoint_round_trip(trained, tmp_path):
 
 
 def test_the_shipped_model_has_induction_heads_after_a_previous_token_layer():
-    """builtin:lm, as shipped, on the standard probe: layer 1's heads are induction heads (each ≥ 0.35, the best
-    0.48 — short of the issue's 0.5), layer 0's spread over the few tokens before the query (previous-token
-    0.12–0.13, short of 0.5: the previous token reaches layer 1 smeared over four heads, not through one), and
-    the training log shows the induction score rising from nothing."""
+    """builtin:lm, as shipped, on the standard probe: three of layer 1's heads are induction heads (≥ 0.5; the
+    best 0.90), layer 0's attend to the few tokens before the query (previous-token 0.27–0.36, short of the
+    issue's 0.5: the previous token reaches layer 1 spread over four heads, not through one), and the training
+    log shows the induction score rising from nothing."""
     import attnviz
 
     lm = attnviz.load("builtin:lm")
     s = role_scores(probe_trace(lm))
-    assert (s["induction"][1] >= 0.35).all() and s["induction"].max() >= 0.45 and (s["induction"][0] < 0.05).all()
-    assert (s["previous"][0] >= 0.1).all() and (s["local"][0] > s["local"][1]).all()
+    assert s["induction"].max() >= 0.85 and (s["induction"][1] >= 0.5).sum() >= 3 and (s["induction"][0] < 0.05).all()
+    assert (s["previous"][0] >= 0.25).all() and (s["local"][0] > s["local"][1]).all()
     assert lm.info["induction"] == pytest.approx(s["induction"].max(), abs=1e-6)
     log = lm.info["history"]
     evals = [h["induction"] for h in log if h["induction"] is not None]
     assert log[-1]["step"] == lm.info["training"]["steps"]
-    assert evals[0] < 0.05 and evals[-1] >= 0.45  # the phase change: no induction head at first
+    assert evals[0] < 0.05 and evals[-1] >= 0.85  # the phase change: no induction head at first
     # On a story it has seen the start of, greedy decoding continues it word for word.
     g = lm.generate("anna saw the red ball . then ben found the box in the garden . anna saw the", Sampling(4))
-    assert g.continuation.startswith("red ball . then")
+    assert g.continuation.startswith("red ball .")

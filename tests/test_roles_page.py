@@ -31,11 +31,12 @@ def test_grid_table_and_csv_on_the_text(minilm):
     np.testing.assert_array_equal(decode(heat["z"]), best)
     assert "induction" not in names and [t for t in heat["colorbar"]["ticktext"]] == [ROLES[r].label for r in names]
     np.testing.assert_allclose(decode(heat["text"]), np.round(np.max([scores[r] for r in names], 0), 2))
-    # Hover of head (0, 0) lists every score, its strongest in bold.
-    first = points["text"][0]
-    for r in names:
-        assert f"{ROLES[r].label} {scores[r][0, 0]:.3f}" in first
-    assert f"<b>{ROLES[names[best[0, 0]]].label}" in first
+    # Hover lists every score (customdata after layer and head), and names the strongest role.
+    custom = decode(points["customdata"])
+    np.testing.assert_allclose(custom[:, 2:], np.stack([scores[r].ravel() for r in names], 1), atol=1e-12)
+    for k, r in enumerate(names):
+        assert f"{ROLES[r].label} %{{customdata[{k + 2}]:.3f}}" in points["hovertemplate"]
+    assert points["text"][0] == ROLES[names[best[0, 0]]].label
     assert any(CAUSAL_NOTE in c.value for c in at.caption)
     shown = at.dataframe[0].value
     want = role_table(scores, role_scores(probe_trace(minilm)))

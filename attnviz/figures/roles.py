@@ -13,7 +13,8 @@ ROLE_COLOURS = ("#1f77b4", "#d62728", "#ff7f0e", "#7f7f7f", "#2ca02c", "#9467bd"
 
 def role_grid(scores: dict[str, np.ndarray], labels: dict[str, str], title: str) -> go.Figure:
     """Cells coloured by each head's strongest role among ``labels`` (role -> label, in order), its score
-    printed in the cell; hovering shows every score. Each cell carries a clickable point, customdata [layer, head]."""
+    printed in the cell; hovering shows every score. Each cell carries a clickable point, customdata
+    [layer, head, each role's score]."""
     names = list(labels)
     stack = np.stack([np.asarray(scores[r], np.float64) for r in names])  # (R, L, H)
     R, L, H = stack.shape
@@ -22,11 +23,8 @@ def role_grid(scores: dict[str, np.ndarray], labels: dict[str, str], title: str)
     colours = [ROLE_COLOURS[i % len(ROLE_COLOURS)] for i in range(R)]
     scale = [[edge, c] for i, c in enumerate(colours) for edge in (i / R, (i + 1) / R)]  # one band per role
     layer, head = np.divmod(np.arange(L * H), H)  # (L·H,)
-    hover = [
-        "<br>".join(f"{'<b>' if k == best[l_, h_] else ''}{html.escape(labels[r], quote=False)} "
-                    f"{stack[k, l_, h_]:.3f}{'</b>' if k == best[l_, h_] else ''}" for k, r in enumerate(names))
-        for l_, h_ in zip(layer, head)
-    ]
+    every = "<br>".join(f"{html.escape(labels[r], quote=False)} %{{customdata[{k + 2}]:.3f}}"
+                        for k, r in enumerate(names))
     fig = go.Figure([
         go.Heatmap(
             z=best, zmin=-0.5, zmax=R - 0.5, colorscale=scale, text=np.round(top, 2), texttemplate="%{text}",
@@ -35,11 +33,12 @@ def role_grid(scores: dict[str, np.ndarray], labels: dict[str, str], title: str)
             hoverinfo="skip",
         ),
         go.Scatter(
-            x=head, y=layer, customdata=np.stack([layer, head], 1),  # (L·H, 2)
-            text=hover, mode="markers",
+            x=head, y=layer, customdata=np.column_stack([layer, head, stack.reshape(R, -1).T]),  # (L·H, 2 + R)
+            text=[labels[names[i]] for i in best.ravel()], mode="markers",
             marker=dict(size=max(8, 300 // H), symbol="square", color="rgba(0,0,0,0)"),
             selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0)),
-            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>%{text}<br>click to open<extra></extra>",
+            hovertemplate=f"layer %{{customdata[0]}}, head %{{customdata[1]}}: %{{text}}<br>{every}"
+                          "<br>click to open<extra></extra>",
             showlegend=False,
         ),
     ])
