@@ -1,4 +1,4 @@
-"""The command line: ``python -m attnviz models | trace | plot``.
+"""The command line: ``python -m attnviz models | trace | plot | generate | roles``.
 
 Bad input (an empty text, a missing file, a layer out of range) gets one plain line on stderr and
 exit status 2, as argparse does for bad arguments; a model that fails to run gets exit status 1.
@@ -70,6 +70,59 @@ def cmd_plot(args) -> None:
     print(f"wrote {args.out}", file=sys.stderr)
 
 
+def _backend(args):
+    from attnviz.backends import load
+
+    try:
+        return load(args.model)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
+def cmd_generate(args) -> None:
+    from attnviz.backends import check_text
+    from attnviz.export import to_npz
+    from attnviz.generation import Sampling
+
+    out = Path(args.out)
+    if out.suffix.lower() != ".npz":
+        raise InputError(f"--out must name a .npz file, not {out.name!r}")
+    try:  # the arguments first: a model takes seconds to load
+        s = Sampling(args.new_tokens, args.temperature, args.top_k, args.seed)
+        prompt = check_text(_text(args))
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    backend = _backend(args)
+    if not hasattr(backend, "generate"):
+        raise InputError(f"{args.model} is not a causal language model: generation needs one (e.g. hf:gpt2)")
+    try:
+        g = backend.generate(prompt, s)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    data = to_npz(g.trace, g.arrays())
+    _write(out, lambda: out.write_bytes(data))
+    print(g.continuation)
+    print(f"wrote {out}: {g.prompt_len} prompt + {g.n_new} generated tokens ({len(data) / 1e6:.2f} MB)", file=sys.stderr)
+
+
+def cmd_roles(args) -> None:
+    from attnviz.analysis.roles import probe_trace, role_scores, role_table
+
+    text = _text(args)
+    backend = _backend(args)
+    try:
+        trace = backend.trace(text)
+        if trace.kind == "encoder-decoder":
+            raise InputError("roles are scored on one self-attention stack: use an encoder or a causal LM")
+        probe = role_scores(probe_trace(backend)) if hasattr(backend, "trace_ids") else None
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    table = role_table(role_scores(trace), probe)
+    _write(Path(args.out), lambda: table.to_csv(args.out, index=False))
+    print(f"wrote {args.out}: {len(table)} heads{'' if probe else ' (no probe: the model takes no token ids)'}",
+          file=sys.stderr)
+
+
 def _write(path: Path, write) -> None:
     try:
         write()
@@ -85,17 +138,21 @@ def parser() -> argparse.ArgumentParser:
         description="Run text through a transformer and save what its attention heads do.",
         epilog="Models: the keys `models` lists, hf:<Hugging Face id or folder>, or a local folder.",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{models,trace,plot}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{models,trace,plot,generate,roles}")
     sub.add_parser("models", help="list the built-in model keys").set_defaults(run=cmd_models)
 
-    def text_command(name: str, help: str) -> argparse.ArgumentParser:
+    def text_command(name: str, help: str, model: str | None = "builtin:minilm", out: str = "") -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help, description=help)
-        c.add_argument("--model", default="builtin:minilm", help="model key (default: builtin:minilm)")
+        if model:
+            c.add_argument("--model", default=model, help=f"model key (default: {model})")
+        else:
+            c.add_argument("--model", required=True, help="a causal LM: hf:<id or folder>")
         src = c.add_mutually_exclusive_group(required=True)
         src.add_argument("--text", help="the text to run; - reads it from standard input")
         src.add_argument("--file", help="read the text from this UTF-8 file")
-        c.add_argument("--target", help="the decoder's text for encoder–decoder models (default: greedy output)")
-        c.add_argument("--out", required=True, help=".npz" if name == "trace" else ".html, .png, .svg or .pdf")
+        if name in ("trace", "plot"):
+            c.add_argument("--target", help="the decoder's text for encoder–decoder models (default: greedy output)")
+        c.add_argument("--out", required=True, help=out or (".npz" if name == "trace" else ".html, .png, .svg or .pdf"))
         return c
 
     text_command("trace", "save the whole trace (attentions, hidden states, norms, tokens) as .npz"
@@ -108,6 +165,16 @@ def parser() -> argparse.ArgumentParser:
     plot.add_argument("--cdn", action="store_true",
                       help="HTML loads plotly.js from its CDN (~10 kB file) instead of inlining it (~4.8 MB, works offline)")
     plot.set_defaults(run=cmd_plot)
+    gen = text_command("generate", "continue a prompt with a causal LM; print the continuation and save the trace "
+                       "of prompt + continuation (.npz, with generation/* arrays: prompt_len, per-step top-5)",
+                       model=None, out=".npz")
+    gen.add_argument("--new-tokens", type=int, default=20, help="how many tokens to generate (default 20)")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 (the default): greedy; above 0: sampled")
+    gen.add_argument("--top-k", type=int, default=0, help="sample from the k likeliest tokens only (0: all)")
+    gen.add_argument("--seed", type=int, default=0, help="random seed for sampling (default 0)")
+    gen.set_defaults(run=cmd_generate)
+    text_command("roles", "score every head's roles (previous-token, induction, …) on the text and on the "
+                 "repeated random-token probe; write them as CSV", out=".csv").set_defaults(run=cmd_roles)
     return p
 
 

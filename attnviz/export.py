@@ -61,8 +61,9 @@ def _stack_arrays(t: AttentionTrace, prefix: str = "") -> dict[str, np.ndarray]:
     return {prefix + k: v for k, v in arrays.items()}
 
 
-def to_npz(trace) -> bytes:
+def to_npz(trace, extra: dict | None = None) -> bytes:
     """The trace as ``.npz``: its arrays plus ``meta``, a JSON string; loads with allow_pickle=False.
+    ``extra`` arrays (e.g. a generation's ``generation/*``) are written beside them; ``from_npz`` ignores them.
 
     Uncompressed: float32 weights barely compress (75 MB -> 75 MB at 512 tokens) and zipping takes seconds.
     """
@@ -73,6 +74,7 @@ def to_npz(trace) -> bytes:
         arrays = _stack_arrays(trace)
     # A 0-d unicode array, not an object array: numpy reads it back without pickle.
     arrays["meta"] = np.array(json.dumps(metadata(trace), ensure_ascii=False))
+    arrays |= extra or {}
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()

@@ -1,8 +1,9 @@
 """Train the built-in models on the generated tasks: a library function with a callback, and a CLI.
 
-    python -m attnviz.train classifier|translator [--steps N --d-model D --out FOLDER]
+    python -m attnviz.train classifier|translator|lm [--steps N --d-model D --out FOLDER]
 
-writes ``FOLDER/<task>.safetensors`` and ``FOLDER/<task>.json`` (default: attnviz/checkpoints/).
+writes ``FOLDER/<task>.safetensors`` and ``FOLDER/<task>.json`` (default: attnviz/checkpoints/). ``lm`` is
+builtin:lm, the language model of ``attnviz.lm``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import dataclasses
 import math
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
@@ -211,16 +213,51 @@ DESCRIPTIONS = {
 }
 
 
-def main(argv=None) -> Trained:
-    """The CLI: train one task with a progress bar, save its checkpoint."""
-    p = argparse.ArgumentParser(prog="python -m attnviz.train", description=__doc__.split("\n\n")[0])
-    p.add_argument("task", choices=list(TASKS))
-    defaults = TrainConfig()
-    for f in dataclasses.fields(TrainConfig):
+def _options(p: argparse.ArgumentParser, cls) -> None:
+    """One --option per field of the dataclass ``cls``, with its default."""
+    defaults = cls()
+    for f in dataclasses.fields(cls):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)),
                        default=getattr(defaults, f.name))
-    p.add_argument("--out", default=str(CHECKPOINTS), help="folder for <task>.safetensors and <task>.json")
+    p.add_argument("--out", default=str(CHECKPOINTS), help="folder for the .safetensors and .json checkpoint")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads while training")
+
+
+def main_lm(argv) -> object:
+    """``python -m attnviz.train lm``: train builtin:lm with a progress bar, save lm.safetensors + lm.json."""
+    from tqdm import tqdm
+
+    from .backends.lm import DESCRIPTION
+    from .lm import LMConfig, train_lm
+
+    p = argparse.ArgumentParser(prog="python -m attnviz.train lm", description=main_lm.__doc__)
+    _options(p, LMConfig)
+    args = vars(p.parse_args(argv))
+    out, threads = args.pop("out"), args.pop("threads")
+    config = LMConfig(**args)
+    with tqdm(total=config.steps, unit="step", desc="lm") as bar:
+        def show(p):
+            bar.update(p.step - bar.n)
+            bar.set_postfix(loss=f"{p.loss:.3f}", **({"induction": f"{p.induction:.2f}", "previous": f"{p.previous:.2f}"}
+                                                     if p.induction is not None else {}))
+
+        result = train_lm(config, show, key="builtin:lm", threads=threads)
+    m = result.model
+    m.description = DESCRIPTION.format(n_layers=m.n_layers, n_heads=m.n_heads, induction=result.induction)
+    paths = save_checkpoint(m, os.path.join(out, "lm"))
+    print(f"lm: induction {result.induction:.3f}, previous-token {result.previous:.3f} in {result.seconds:.0f} s -> "
+          + ", ".join(f"{q} ({q.stat().st_size / 1e3:.0f} kB)" for q in paths))
+    return result
+
+
+def main(argv=None) -> Trained:
+    """The CLI: train one task with a progress bar, save its checkpoint."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["lm"]:
+        return main_lm(argv[1:])
+    p = argparse.ArgumentParser(prog="python -m attnviz.train", description=__doc__.split("\n\n")[0])
+    p.add_argument("task", choices=[*TASKS, "lm"])
+    _options(p, TrainConfig)
     args = vars(p.parse_args(argv))
     task, out, threads = args.pop("task"), args.pop("out"), args.pop("threads")
     config = TrainConfig(**args)

@@ -6,12 +6,14 @@ import json
 import threading
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..capture import record
 from ..nn import EncoderModel, TransformerConfig
 from ..traces import AttentionTrace
-from .common import TorchBackend, check_text, encode, stack_trace
+from .common import Encoded, TorchBackend, check_text, encode, ordinary_ids, stack_trace, wrapped
+from .lm import LM
 from .trained import TRAINED
 
 
@@ -114,6 +116,23 @@ class BuiltinModel(TorchBackend):
             out = self.net(torch.tensor([enc.ids]))  # (1, T)
         return stack_trace(self.key, enc, text, "encoder", rec.weights(), out.hidden_states, rec.norms())
 
+    def plain_ids(self) -> list[int]:
+        """Every token id that is not a special token (what a probe of random tokens draws from)."""
+        return ordinary_ids(self.tokenizer, self.net.config.vocab_size)
+
+    def trace_ids(self, ids: list, add_special_tokens: bool = True) -> AttentionTrace:
+        """The trace of token ids as given (``add_special_tokens``: between [CLS] and [SEP])."""
+        ids = wrapped(self.tokenizer, list(ids)) if add_special_tokens else list(ids)
+        if not 0 < len(ids) <= self.max_tokens:
+            raise ValueError(f"{len(ids)} tokens: this model takes 1 to {self.max_tokens:,}.")
+        with self.lock, torch.inference_mode():
+            special = np.array(self.tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True), bool)
+            enc = Encoded(ids, tuple(self.tokenizer.convert_ids_to_tokens(ids)), special, None, 0)
+            text = self.tokenizer.decode(ids)
+            with record(self.net) as rec:
+                out = self.net(torch.tensor([ids]))  # (1, T)
+        return stack_trace(self.key, enc, text, "encoder", rec.weights(), out.hidden_states, rec.norms())
+
     def ablation(self, text: str, max_tokens: int | None = None):
         """("encoder", run): the last hidden states (T, D) with heads scaled by ``head_mask`` (L, H)."""
         ids = torch.tensor([encode(self.tokenizer, check_text(text), self.limit(max_tokens)).ids])  # (1, T)
@@ -146,4 +165,4 @@ def _seed() -> BuiltinModel:
 
 
 # key -> factory; trained examples register themselves here too.
-BUILTIN = {"builtin:minilm": _minilm, "builtin:seed": _seed, **TRAINED}
+BUILTIN = {"builtin:minilm": _minilm, "builtin:seed": _seed, **TRAINED, **LM}

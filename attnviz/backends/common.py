@@ -94,6 +94,22 @@ def encode(tokenizer, text: str, max_tokens: int) -> Encoded:
     return Encoded(ids, tokens, special, words, max(0, n_full - len(ids)))
 
 
+def wrapped(tokenizer, ids: list) -> list:
+    """``ids`` between the special tokens the tokenizer puts around a text ([CLS] … [SEP], <s> …)."""
+    bare = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a", add_special_tokens=True)["input_ids"]
+    at = next((i for i in range(len(full) - len(bare) + 1) if full[i:i + len(bare)] == bare), None)
+    if at is None:  # a tokenizer that changes the text's own ids when it adds specials: leave the ids bare
+        return list(ids)
+    return [*full[:at], *ids, *full[at + len(bare):]]
+
+
+def ordinary_ids(tokenizer, vocab_size: int) -> list:
+    """Every id below ``vocab_size`` that is not one of the tokenizer's special tokens."""
+    special = set(tokenizer.all_special_ids)
+    return [i for i in range(min(len(tokenizer), vocab_size)) if i not in special]
+
+
 def stack_trace(key: str, enc: Encoded, text: str, kind: str, weights, hidden_states, norms: dict,
                 capture: str = "interface"):
     """The one place a backend's run becomes a trace: one stack's tokens (``enc``), weights (a Weights source),

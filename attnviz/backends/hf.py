@@ -21,10 +21,11 @@ import torch.nn.functional as F
 from .. import settings
 from ..budget import check_budget
 from ..capture import record
+from ..generation import Generation, Sampling, top_next
 from ..traces import AttentionTrace, Seq2SeqTrace, stacks
 from ..weights import DenseWeights
 from . import hf_attention
-from .common import Encoded, TorchBackend, check_text, encode, stack_trace, stacked
+from .common import Encoded, TorchBackend, check_text, encode, ordinary_ids, stack_trace, stacked, wrapped
 from .trained import ENCODER_DECODER_ABLATION
 
 log = logging.getLogger("attnviz")
@@ -386,6 +387,57 @@ class HFModel(TorchBackend):
             raise ValueError("The next-token loss needs at least two tokens: enter a longer text.")
         loss = lambda: F.cross_entropy(self.net(input_ids=ids).logits[0, :-1].double(), ids[0, 1:])  # noqa: E731
         return "lm", self.masked_run(loss)  # predicts token t + 1 from t
+
+    def plain_ids(self) -> list[int]:
+        """Every token id that is not a special token (what a probe of random tokens draws from)."""
+        return ordinary_ids(self.tokenizer, self.net.get_input_embeddings().num_embeddings)
+
+    def trace_ids(self, ids: list, add_special_tokens: bool = True) -> AttentionTrace:
+        """The trace of token ids as given (``add_special_tokens``: wrapped as the tokenizer wraps a text)."""
+        if self.kind == "encoder-decoder":
+            raise ValueError("Token ids are traced for encoders and causal LMs; an encoder–decoder needs a text.")
+        if add_special_tokens:
+            ids = wrapped(self.tokenizer, list(ids))
+        if not 0 < len(ids) <= self.max_tokens:
+            raise ValueError(f"{len(ids)} tokens: this model takes 1 to {self.max_tokens:,}.")
+        with self.lock, torch.inference_mode():  # the lock covers the tokenizer too
+            out, rec = self._forward(input_ids=list(ids))
+            return self._ids_trace(list(ids), out, rec)
+
+    def _ids_trace(self, ids: list, out, rec) -> AttentionTrace:
+        tok = self.tokenizer
+        special = np.array(tok.get_special_tokens_mask(ids, already_has_special_tokens=True), dtype=bool)
+        enc = Encoded(ids, tuple(tok.convert_ids_to_tokens(ids)), special, None, 0)
+        weights = self._weights(rec, out.attentions, "", len(out.hidden_states) - 1)
+        return self._side(enc, tok.decode(ids), weights, out.hidden_states, self.kind, rec.norms())
+
+    def generate(self, prompt: str, sampling: Sampling | None = None) -> Generation:
+        """Continue ``prompt`` with the model's own ``generate`` (KV cache), then trace prompt + continuation in
+        one forward, whose logits give each step's top-5 next tokens."""
+        if self.kind != "decoder":
+            raise ValueError(f"Generation needs a causal language model; {self.key} is an {self.kind}.")
+        s = sampling or Sampling()
+        prompt = check_text(prompt)
+        with self.lock, torch.inference_mode():
+            ids = encode(self.tokenizer, prompt, self.max_tokens).ids
+            room = self.max_tokens - len(ids)
+            if room < 1:
+                raise ValueError(f"The prompt fills all {self.max_tokens:,} positions: shorten it to leave room.")
+            inputs = torch.tensor([ids], device=self.device)  # (1, T)
+            eos = self.tokenizer.eos_token_id
+            options = dict(do_sample=False) if s.greedy else dict(do_sample=True, temperature=s.temperature,
+                                                                 top_k=s.top_k or None, top_p=None)
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                torch.manual_seed(s.seed)
+                full = self.net.generate(inputs, attention_mask=torch.ones_like(inputs),
+                                         max_new_tokens=min(s.max_new_tokens, room), num_beams=1,
+                                         pad_token_id=eos if eos is not None else 0, **options)[0].tolist()
+            out, rec = self._forward(input_ids=full)
+            top_ids, top_probs = top_next(out.logits[0, len(ids) - 1:-1].float().cpu())  # rows predicting each new token
+            trace = self._ids_trace(full, out, rec)
+            tokens = tuple(tuple(self.tokenizer.convert_ids_to_tokens(row.tolist())) for row in top_ids)
+            continuation = self.tokenizer.decode(full[len(ids):], skip_special_tokens=True)
+        return Generation(trace, len(ids), continuation, top_ids, tokens, top_probs, s)
 
     def _side(self, enc, text: str, weights, hidden, kind: str, norms: dict) -> AttentionTrace:
         return stack_trace(self.key, enc, text, kind, weights, hidden, norms, self.capture)

@@ -7,6 +7,7 @@ from .models import (
     Embeddings,
     Encoder,
     EncoderModel,
+    LanguageModel,
     StackOutput,
     TextClassifier,
     TransformerConfig,
@@ -17,6 +18,6 @@ from .positional import LearnedPositions, SinusoidalPositions, sinusoidal_encodi
 __all__ = [
     "scaled_dot_product_attention", "causal_mask", "MultiHeadAttention",
     "LayerNorm", "PositionwiseFeedForward", "Residual", "EncoderLayer", "DecoderLayer",
-    "Embeddings", "Encoder", "Decoder", "EncoderModel", "StackOutput", "TextClassifier", "Translator",
+    "Embeddings", "Encoder", "Decoder", "EncoderModel", "LanguageModel", "StackOutput", "TextClassifier", "Translator",
     "TransformerConfig", "sinusoidal_encoding", "SinusoidalPositions", "LearnedPositions",
 ]

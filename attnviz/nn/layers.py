@@ -82,9 +82,10 @@ class EncoderLayer(nn.Module):
         self.sub1 = Residual(d_model, norm_first, dropout, eps)
         self.sub2 = Residual(d_model, norm_first, dropout, eps)
 
-    def forward(self, x, mask=None):
-        """(B, T, D) -> (out (B, T, D), weights (B, H, T, T) or None when recorded)."""
-        x, weights = self.sub1(x, lambda h: self.self_attn(h, h, h, mask))
+    def forward(self, x, mask=None, causal: bool = False):
+        """(B, T, D) -> (out (B, T, D), weights (B, H, T, T) or None when recorded); ``causal``: a decoder-only
+        model's layer, each position sees only itself and earlier ones."""
+        x, weights = self.sub1(x, lambda h: self.self_attn(h, h, h, mask, causal=causal))
         x, _ = self.sub2(x, lambda h: (self.ffn(h), None))
         return x, weights
 

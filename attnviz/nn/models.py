@@ -1,4 +1,4 @@
-"""Whole models built from the layers: an encoder, a text classifier, an encoder–decoder translator.
+"""Whole models built from the layers: an encoder, a text classifier, an encoder–decoder translator, a language model.
 
 Corrects the seed: one ``Encoder``/``EncoderLayer`` each (the seed defines them twice with
 different signatures), and the translator's decoder self-attention is causal.
@@ -92,11 +92,11 @@ class Encoder(nn.Module):
         )
         self.norm = LayerNorm(c.d_model, c.eps) if c.final_norm else None
 
-    def forward(self, x, mask=None) -> StackOutput:
-        """``mask`` broadcasts to (B, H, T, T), True = may attend."""
+    def forward(self, x, mask=None, causal: bool = False) -> StackOutput:
+        """``mask`` broadcasts to (B, H, T, T), True = may attend; ``causal`` hides later positions."""
         hidden, attns = [x], []
         for layer in self.layers:
-            x, w = layer(x, mask)
+            x, w = layer(x, mask, causal)
             hidden.append(x)
             attns.append(w)
         last = self.norm(x) if self.norm is not None else x
@@ -161,6 +161,23 @@ class TextClassifier(nn.Module):
         keep = torch.ones_like(ids, dtype=out.last.dtype) if attention_mask is None else attention_mask.to(out.last.dtype)
         pooled = (out.last * keep[..., None]).sum(1) / keep.sum(1, keepdim=True).clamp(min=1)  # (B, D)
         return self.classifier(pooled), out
+
+
+class LanguageModel(nn.Module):
+    """A decoder-only language model: the seed's decoder without cross-attention, i.e. embeddings, causal
+    self-attention layers (``EncoderLayer`` with ``causal``), a final norm and a linear map to the vocabulary."""
+
+    def __init__(self, c: TransformerConfig):
+        super().__init__()
+        self.config = c
+        self.embeddings = Embeddings(c)
+        self.decoder = Encoder(c)
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size)
+
+    def forward(self, ids, attention_mask=None):
+        """ids (B, T) -> (next-token logits (B, T, V), StackOutput); row t predicts token t + 1."""
+        out = self.decoder(self.embeddings(ids), padding_mask(attention_mask), causal=True)
+        return self.lm_head(out.last), out
 
 
 class Translator(nn.Module):

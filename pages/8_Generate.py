@@ -1,0 +1,73 @@
+"""Generate: the model continues the text; step through the new tokens and see what each one was chosen from."""
+
+import html
+
+import numpy as np
+import streamlit as st
+
+from attnviz.figures.attention import attention_heatmap
+from attnviz.figures.generate import NEW_COLOUR, mark_boundary, step_attention, top_tokens
+from attnviz.generation import MAX_NEW_TOKENS, Sampling
+from attnviz.tokens import clean, labels
+from attnviz.ui.frame import frame, layer_head, plain
+
+f = frame("Generate")
+st.title("Generate")
+layer, head = layer_head(f.model.n_layers, f.model.n_heads, with_mean=True)  # shared with the other pages' links
+if f.trace.kind != "decoder" or not hasattr(f.model, "generate"):
+    st.info(plain(f"{f.key} is not a causal language model. Pick builtin:lm, or a Hugging Face causal LM "
+                  "(hf:gpt2 or a local folder), in the sidebar: the text box holds the prompt."))
+    st.stop()
+st.markdown("The text in the sidebar is the prompt. The model continues it; then one forward pass over prompt + "
+            "continuation gives the attention shown, exactly what tracing the whole text would give.")
+
+c1, c2, c3, c4 = st.columns(4)
+n_new = c1.number_input("New tokens", 1, MAX_NEW_TOKENS, 20, key="gen_new", bind="query-params")
+temperature = c2.number_input("Temperature (0: greedy)", 0.0, 10.0, 0.0, 0.1, key="gen_temp", bind="query-params")
+top_k = c3.number_input("Top-k (0: all)", 0, 100_000, 0, key="gen_top_k", bind="query-params",
+                        disabled=temperature == 0)
+seed = c4.number_input("Seed", 0, 2**31 - 1, 0, key="gen_seed", bind="query-params", disabled=temperature == 0,
+                       help="The same seed gives the same sample, so a link reproduces it.")
+
+sampling = Sampling(int(n_new), float(temperature), int(top_k), int(seed))
+store = st.session_state.setdefault("generation", {})
+if store.get("key") != (f.model, f.text, sampling):
+    try:
+        with st.spinner("Generating…"):
+            store.update(key=(f.model, f.text, sampling), result=f.model.generate(f.text, sampling))
+    except ValueError as e:
+        st.error(plain(str(e)))
+        st.stop()
+g = store["result"]
+t = g.trace
+if g.n_new == 0:
+    st.warning("The model ended the text at once: it generated no token.")
+    st.stop()
+names = labels(t.tokens)
+
+step = st.slider("Step: the generated token to look at", 1, g.n_new, 1, key="gen_step", bind="query-params")
+pos = g.prompt_len + step - 1  # the token generated at this step
+words = [html.escape(clean(tok)) for tok in t.tokens]
+spans = [f'<span style="color: {NEW_COLOUR if i >= g.prompt_len else "inherit"};'
+         f'{"font-weight: bold; text-decoration: underline;" if i == pos else ""}">{w}</span>'
+         for i, w in enumerate(words)]
+st.html('<div style="font-family: monospace; line-height: 1.8">' + " ".join(spans[: g.prompt_len]) + " ‖ "
+        + " ".join(spans[g.prompt_len:]) + "</div>")
+
+which = "mean of heads" if head is None else f"head {head}"
+query = pos - 1  # the position whose output chose this token
+st.plotly_chart(step_attention(
+    t.row(layer, head, query), names, g.prompt_len, query,
+    f"Choosing “{names[pos]}” (step {step}): what position {query} (“{names[query]}”) attended to · "
+    f"layer {layer}, {which}"), key="gen_step_attention")
+
+st.plotly_chart(top_tokens([clean(x) for x in g.top_tokens[step - 1]], g.top_probs[step - 1], clean(t.tokens[pos]),
+                           f"Step {step}: the model's five likeliest next tokens (before temperature and top-k)"),
+                key="gen_top")
+
+attn = t.head(layer, head)
+masked = np.triu(np.ones_like(attn, bool), 1)  # a causal model never sees later tokens
+fig = attention_heatmap(attn, names, names, f"Layer {layer}, {which}: prompt + continuation", masked=masked)
+st.plotly_chart(mark_boundary(fig, g.prompt_len), key="gen_heatmap")
+how = "greedy" if sampling.greedy else f"temperature {temperature}, top-k {top_k or 'all'}, seed {seed}"
+st.caption(plain(f"Continuation ({g.n_new} tokens, {how}): {g.continuation}"))
