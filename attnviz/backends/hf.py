@@ -9,6 +9,7 @@ its traces say so (``capture == "eager"``).
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import threading
@@ -321,13 +322,19 @@ class HFModel(TorchBackend):
         self.net.set_attn_implementation(hf_attention.NAME if capture == "interface" else "eager")
         self.capture = capture
 
-    def _forward(self, **ids):
+    def _forward(self, logits_from: int | None = None, **ids):
         """One recorded forward pass over batch-of-one token ids -> (outputs with every hidden state, recorder).
 
         A causal LM runs its base model without a cache: its logits (T × vocabulary floats, 500 MB at 4,096
-        tokens for a 30k vocabulary) and its key/value cache are nothing a trace shows."""
+        tokens for a 30k vocabulary) and its key/value cache are nothing a trace shows. ``logits_from``: run
+        the whole LM and keep the logits of positions ``logits_from`` onwards (generation's next-token rows).
+        """
         inputs = {k: torch.tensor([v], device=self.device) for k, v in ids.items()}  # (1, T)
         net, extra = (self.net.base_model, {"use_cache": False}) if self.kind == "decoder" else (self.net, {})
+        if logits_from is not None:
+            net = self.net
+            if "logits_to_keep" in inspect.signature(net.forward).parameters:
+                extra["logits_to_keep"] = inputs["input_ids"].shape[1] - logits_from
         with record(self.net) as rec:
             out = net(**inputs, **extra, output_attentions=self.capture == "eager", output_hidden_states=True)
         return out, rec
@@ -432,8 +439,9 @@ class HFModel(TorchBackend):
                 full = self.net.generate(inputs, attention_mask=torch.ones_like(inputs),
                                          max_new_tokens=min(s.max_new_tokens, room), num_beams=1,
                                          pad_token_id=eos if eos is not None else 0, **options)[0].tolist()
-            out, rec = self._forward(input_ids=full)
-            top_ids, top_probs = top_next(out.logits[0, len(ids) - 1:-1].float().cpu())  # rows predicting each new token
+            out, rec = self._forward(len(ids) - 1, input_ids=full)
+            logits = out.logits[0, -(len(full) - len(ids) + 1):-1]  # (new, V): the rows predicting each new token
+            top_ids, top_probs = top_next(logits.float().cpu())
             trace = self._ids_trace(full, out, rec)
             tokens = tuple(tuple(self.tokenizer.convert_ids_to_tokens(row.tolist())) for row in top_ids)
             continuation = self.tokenizer.decode(full[len(ids):], skip_special_tokens=True)
