@@ -404,7 +404,8 @@ def run(model: str, path, out, column: str | None = None, limit: int | None = No
         progress: Callable[[int, CorpusStats | None], None] | None = None, backend=None) -> CorpusStats:
     """Run ``model`` over the corpus at ``path`` and return its per-text statistics; shards are kept under
     ``shard_dir(out)`` and a rerun of the same job skips the finished ones. ``progress(texts_done, stats so far)``
-    is called after each shard. ``ray_address`` ("auto" or an address) runs the batches on Ray."""
+    is called after each shard. ``ray_address`` ("auto" or an address) runs the batches on Ray; ``backend`` is
+    the model already loaded for ``model`` (the app's cached one), else it is loaded here."""
     corpus = Corpus(path, column)
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be at least 1, not {limit}")

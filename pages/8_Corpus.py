@@ -13,7 +13,7 @@ from attnviz.analysis.heads import STATS
 from attnviz.data import CORPUS
 from attnviz.figures.analysis import head_map
 from attnviz.ui.frame import frame, plain
-from attnviz.ui.share import code
+from attnviz.ui.share import allowed_models, code
 
 f = frame("Corpus")
 st.title("Corpus")
@@ -108,8 +108,10 @@ if path is None:
 c1, c2, c3 = st.columns(3)
 column = c1.text_input("Text column (.csv, .jsonl, .parquet)", "text", key="corpus_column")
 limit = int(c2.number_input("At most this many texts", 1, 1_000_000, 1000, key="corpus_limit"))
-ray = c3.text_input("Ray address (optional)", os.environ.get("ATTNVIZ_RAY_ADDRESS", ""), key="corpus_ray",
-                    help="auto: a local Ray, or the cluster `ray start` made; or a cluster address. Empty: run here.")
+ray = os.environ.get("ATTNVIZ_RAY_ADDRESS", "")
+if allowed_models() is None:  # a locked demo: visitors do not pick where jobs run
+    ray = c3.text_input("Ray address (optional)", ray, key="corpus_ray",
+                        help="auto: a local Ray, or the cluster `ray start` made; or a cluster address. Empty: run here.")
 try:
     corpus = cp.Corpus(path, column)
 except ValueError as e:
@@ -142,7 +144,7 @@ if go.button("Run", key="corpus_run", type="primary"):
         show(stats, name, what, results)
 
     try:
-        final = cp.run(f.key, path, out, column, limit, ray.strip() or None, progress=progress)
+        final = cp.run(f.key, path, out, column, limit, ray.strip() or None, progress=progress, backend=f.model)
     except ValueError as e:
         st.error(plain(str(e)))
         st.stop()
