@@ -81,7 +81,7 @@ def cmd_corpus(args) -> None:
     address = args.ray or os.environ.get("ATTNVIZ_RAY_ADDRESS") or None
     started = time.monotonic()
 
-    def progress(done, _stats):
+    def progress(done):
         print(f"attnviz: {done:,} texts ({done / (time.monotonic() - started):.1f} texts/s)", file=sys.stderr)
 
     try:

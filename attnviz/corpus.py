@@ -401,10 +401,10 @@ def _shards(corpus, limit: int | None, shard_texts: int) -> Iterator[tuple[int, 
 
 def run(model: str, path, out, column: str | None = None, limit: int | None = None, ray_address: str | None = None,
         shard_texts: int = SHARD_TEXTS, batch_texts: int = BATCH_TEXTS,
-        progress: Callable[[int, CorpusStats | None], None] | None = None, backend=None) -> CorpusStats:
+        progress: Callable[[int], None] | None = None, backend=None) -> CorpusStats:
     """Run ``model`` over the corpus at ``path`` and return its per-text statistics; shards are kept under
-    ``shard_dir(out)`` and a rerun of the same job skips the finished ones. ``progress(texts_done, stats so far)``
-    is called after each shard. ``ray_address`` ("auto" or an address) runs the batches on Ray; ``backend`` is
+    ``shard_dir(out)`` and a rerun of the same job skips the finished ones. ``progress(texts_done)`` is called
+    after each shard (``load_shards`` reads the results so far). ``ray_address`` ("auto" or an address) runs the batches on Ray; ``backend`` is
     the model already loaded for ``model`` (the app's cached one), else it is loaded here."""
     corpus = Corpus(path, column)
     if limit is not None and limit < 1:
@@ -414,7 +414,10 @@ def run(model: str, path, out, column: str | None = None, limit: int | None = No
                   "version": 1})
     pending = ((s, ids, texts) for s, ids, texts in _shards(corpus, limit, shard_texts)
                if not (shards / f"shard-{s:05d}.npz").is_file())
-    done = sum(len(np.load(p)["ids"]) for p in shards.glob("shard-*.npz"))
+    done = 0
+    for p in shards.glob("shard-*.npz"):
+        with np.load(p) as f:
+            done += len(f["ids"])
     if ray_address:
         from .corpus_ray import run_shards
         finished = run_shards(model, pending, ray_address, batch_texts)
@@ -425,7 +428,7 @@ def run(model: str, path, out, column: str | None = None, limit: int | None = No
         _save_shard(shards / f"shard-{s:05d}.npz", np.asarray(ids, np.int64), stats)
         done += len(ids)
         if progress is not None:
-            progress(done, load_shards(shards, model))
+            progress(done)
     return load_shards(shards, model)
 
 

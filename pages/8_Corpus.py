@@ -137,11 +137,11 @@ if go.button("Run", key="corpus_run", type="primary"):
     bar = st.progress(0.0, text=f"0 of {total:,} texts")
     started = time.monotonic()
 
-    def progress(done: int, stats: cp.CorpusStats) -> None:
+    def progress(done: int) -> None:
         left = cp.estimate(done, total, started, before)
         bar.progress(min(done / total, 1.0), text=f"{done:,} of {total:,} texts"
                      + ("" if left is None else f" · about {left:,.0f} s left"))
-        show(stats, name, what, results)
+        show(cp.load_shards(cp.shard_dir(out), f.key), name, what, results)
 
     try:
         final = cp.run(f.key, path, out, column, limit, ray.strip() or None, progress=progress, backend=f.model)

@@ -88,7 +88,7 @@ def test_run_equals_mean_of_per_text_statistics_and_resumes(tmp_path):
     path.write_text("\n".join(MIXED) + "\n", encoding="utf-8")
     out = tmp_path / "stats.parquet"
     seen = []
-    stats = cp.run("builtin:minilm", path, out, shard_texts=5, batch_texts=4, progress=lambda n, s: seen.append(n))
+    stats = cp.run("builtin:minilm", path, out, shard_texts=5, batch_texts=4, progress=seen.append)
     assert seen == [5, 10, 12]
     assert list(stats.ids) == list(range(len(MIXED)))
     refs = [reference(t)[1] for t in MIXED]
@@ -105,14 +105,14 @@ def test_run_equals_mean_of_per_text_statistics_and_resumes(tmp_path):
     before = {p.name: p.stat().st_mtime_ns for p in shards}
     shards[1].unlink()  # as if the job had stopped during the second shard
     seen.clear()
-    again = cp.run("builtin:minilm", path, out, shard_texts=5, batch_texts=4, progress=lambda n, s: seen.append(n))
+    again = cp.run("builtin:minilm", path, out, shard_texts=5, batch_texts=4, progress=seen.append)
     assert seen == [12]  # 7 texts were already done; only the missing shard ran
     assert {p.name: p.stat().st_mtime_ns for p in sorted(cp.shard_dir(out).glob("shard-*.npz"))
             if p.name != shards[1].name} == {k: v for k, v in before.items() if k != shards[1].name}
     for name in cp.NAMES:
         np.testing.assert_allclose(again.values[name], stats.values[name], atol=1e-7)
     seen.clear()
-    cp.run("builtin:minilm", path, out, shard_texts=5, batch_texts=4, limit=6, progress=lambda n, s: seen.append(n))
+    cp.run("builtin:minilm", path, out, shard_texts=5, batch_texts=4, limit=6, progress=seen.append)
     assert seen == [5, 6]  # another job (a limit): the old shards are not reused
 
 

@@ -30,7 +30,7 @@ def test_ray_equals_in_process(cluster, tmp_path):
     local = cp.run("builtin:minilm", CORPUS, tmp_path / "local.parquet", limit=40, shard_texts=16, batch_texts=8)
     seen = []
     remote = cp.run("builtin:minilm", CORPUS, tmp_path / "ray.parquet", limit=40, shard_texts=16, batch_texts=8,
-                    ray_address="auto", progress=lambda n, s: seen.append(n))
+                    ray_address="auto", progress=seen.append)
     assert sorted(seen) == seen and seen[-1] == 40 and len(seen) == 3
     assert list(remote.ids) == list(range(40))
     np.testing.assert_array_equal(remote.n_tokens, local.n_tokens)
@@ -45,6 +45,6 @@ def test_ray_equals_in_process(cluster, tmp_path):
     shards[0].unlink()
     seen.clear()
     again = cp.run("builtin:minilm", CORPUS, tmp_path / "ray.parquet", limit=40, shard_texts=16, batch_texts=8,
-                   ray_address="auto", progress=lambda n, s: seen.append(n))
+                   ray_address="auto", progress=seen.append)
     assert seen == [40]
     np.testing.assert_allclose(again.values["entropy"], local.values["entropy"], atol=2e-5)
