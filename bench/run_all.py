@@ -18,7 +18,7 @@ from common import MB, OUT, ROOT, conditions, mb, save, table
 from server import short
 
 # In order: payload writes bertviz's HTML that browser opens.
-SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "analysis_speed"]
+SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "analysis_speed", "corpus"]
 MINILM = "builtin:minilm"
 
 
@@ -70,6 +70,17 @@ def targets() -> list[list]:
     minilm = next((r for r in (memory or {}).get("rows", []) if r.get("model") == MINILM and "error" not in r), None)
     add("trace bytes at 512 tokens, builtin:minilm", minilm and minilm["trace_nbytes"], 150 * MB,
         lambda v: v <= 150 * MB, lambda v: f"{mb(v)} MB")
+
+    corpus = load("corpus")
+    add("corpus texts/s at 128 tokens, batched / one at a time", corpus and corpus["batched_vs_one"], 3.0,
+        lambda v: v >= 3.0, lambda v: f"{v:.2f}×")
+    ray = corpus and corpus.get("ray")
+    add("corpus on local Ray (2 actors) / in-process, overhead", ray and ray["overhead"], 0.2, lambda v: v <= 0.2,
+        lambda v: f"{v:+.0%}")
+    grown = corpus and corpus["memory"]
+    span = f"{grown['n_small']:,} → {grown['n_big']:,}" if grown else "1,000 → 10,000"
+    add(f"corpus RSS growth, {span} texts", grown and grown["growth_mb"] * MB, 100 * MB,
+        lambda v: v <= 100 * MB, lambda v: f"{mb(v)} MB")
     return rows
 
 
