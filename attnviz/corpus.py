@@ -404,8 +404,8 @@ def run(model: str, path, out, column: str | None = None, limit: int | None = No
         progress: Callable[[int], None] | None = None, backend=None) -> CorpusStats:
     """Run ``model`` over the corpus at ``path`` and return its per-text statistics; shards are kept under
     ``shard_dir(out)`` and a rerun of the same job skips the finished ones. ``progress(texts_done)`` is called
-    after each shard (``load_shards`` reads the results so far). ``ray_address`` ("auto" or an address) runs the batches on Ray; ``backend`` is
-    the model already loaded for ``model`` (the app's cached one), else it is loaded here."""
+    after each shard (``load_shards`` reads the results so far). ``ray_address`` ("auto" or an address) runs
+    the batches on Ray; ``backend`` is ``model`` already loaded (the app's cached one), else it is loaded here."""
     corpus = Corpus(path, column)
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be at least 1, not {limit}")
