@@ -1,8 +1,9 @@
 """Corpus mode on Ray: the same padded batches in a Ray Data actor pool, each actor loading the model once.
 
 Optional: ``pip install -r requirements-ray.txt``. Every node needs attnviz installed (the same version as the
-driver). Texts go to the cluster with their corpus positions; results come back as they finish and are
-regrouped by shard, so shards are written (and resumed) exactly as in-process.
+driver). The driver holds the pending texts (a few MB per 10,000) and sends them with their corpus positions;
+results come back as they finish and are regrouped by shard, so shards are written (and resumed) exactly as
+in-process.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def run_shards(model: str, pending: Iterable, address: str, batch_texts: int,
     n = actors or workers()
     ds = ray.data.from_items(items, override_num_blocks=max(1, min(len(items) // batch_texts, 4 * n)))
     results = ds.map_batches(StatsActor, fn_constructor_args=(model, batch_texts), batch_size=batch_texts * 4,
-                             concurrency=n, num_cpus=1, batch_format="numpy")
+                             compute=ray.data.ActorPoolStrategy(size=n), num_cpus=1, batch_format="numpy")
     parts: dict[int, list[dict]] = {s: [] for s in waiting}
     got: dict[int, int] = {s: 0 for s in waiting}
     for batch in results.iter_batches(batch_size=None, batch_format="numpy"):
