@@ -5,12 +5,16 @@ inside it, every attention call — attnviz's own ``MultiHeadAttention`` or a Hu
 attnviz's registered attention function — hands its queries, keys and mask recipe to ``rec`` and runs its fast
 path (SDPA), never materialising weights. Outside a ``record`` block nothing is kept, so a model shared by all
 sessions stays stateless.
+
+``record(net, lengths=[n_0, n_1, …])`` records a right-padded batch of self-attention instead: each call keeps,
+per text, its own queries and keys cut to its n_b tokens (what a forward of that text alone would see), and
+``rec.weights(item=b)`` gives text b's weights. Norm statistics are recorded for one text only.
 """
 
 from __future__ import annotations
 
 import weakref
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from . import hooks
 from .nn.attention import RECORDER as _ACTIVE
@@ -44,39 +48,55 @@ def _sides(net) -> dict:
 
 
 class Recorder:
-    """Per attention module (in call order), the LayerQK of its last call; norm statistics by side."""
+    """Per attention module (in call order), the LayerQK of its last call (one per text of a batch); norm
+    statistics by side."""
 
-    def __init__(self, net, norms: hooks.Recorder):
+    def __init__(self, net, norms: hooks.Recorder | None, lengths: list[int] | None = None):
         self.sides = _sides(net)
-        self.calls: dict = {}  # module -> LayerQK, in the order of first calls (layer order)
+        self.calls: dict = {}  # module -> [LayerQK per text], in the order of first calls (layer order)
         self._norms = norms
-        self.seen_masks: dict = {}  # id(mask) -> (mask, recipe): a model shares one mask across its layers
+        self.lengths = lengths  # a right-padded batch's real lengths; None: one text
+        self.seen_masks: dict = {}  # (id(mask), item) -> (mask, recipe): a model shares one mask across its layers
 
-    def attention(self, module, layer: LayerQK) -> None:
-        """Called by each attention function once per forward (a second call, in generation, replaces it)."""
-        self.calls[module] = layer
+    def items(self, B: int, Tq: int, Tk: int) -> list[int | None]:
+        """Where each text of a call over B texts ends: [None] (all of it) for one text, else the batch's lengths."""
+        if self.lengths is None:
+            if B != 1:
+                raise ValueError("a recorded forward takes one text at a time unless record(net, lengths) is given")
+            return [None]
+        if B != len(self.lengths) or Tq != Tk:
+            raise ValueError(f"a recorded batch of {len(self.lengths)} texts got an attention call over {B} texts "
+                             f"with {Tq} queries and {Tk} keys (batches record self-attention only)")
+        return list(self.lengths)
 
-    def layers(self, side: str = "") -> list[LayerQK]:
-        """The calls of one side ("encoder", "decoder", "cross"); all of them for a model with one stack."""
-        return [layer for m, layer in self.calls.items() if not side or self.sides.get(m) == side]
+    def attention(self, module, layers: list[LayerQK]) -> None:
+        """Called by each attention function once per forward with each text's LayerQK (a second call, in
+        generation, replaces it)."""
+        self.calls[module] = layers
 
-    def weights(self, side: str = "") -> OnDemandWeights:
-        """The side's weights, computed on demand; a ValueError when the model made no attention call."""
-        layers = self.layers(side)
+    def layers(self, side: str = "", item: int = 0) -> list[LayerQK]:
+        """Text ``item``'s calls of one side ("encoder", "decoder", "cross"); all of them for a model with one stack."""
+        return [layers[item] for m, layers in self.calls.items() if not side or self.sides.get(m) == side]
+
+    def weights(self, side: str = "", item: int = 0) -> OnDemandWeights:
+        """The side's weights for text ``item``, computed on demand; a ValueError when the model made no attention call."""
+        layers = self.layers(side, item)
         if not layers:
             raise ValueError(f"no attention calls were recorded{' for the ' + side if side else ''}")
         return OnDemandWeights(layers)
 
     def norms(self, side: str = "") -> dict:
+        if self._norms is None:
+            raise ValueError("a recorded batch has no norm statistics: record one text at a time for them")
         return self._norms.norms(side)
 
 
 @contextmanager
-def record(net):
-    """Record the forward passes run inside the block; hooks are removed and the recorder is cleared on
-    exit, whatever happens."""
-    with hooks.record(net) as norms:
-        rec = Recorder(net, norms)
+def record(net, lengths: list[int] | None = None):
+    """Record the forward passes run inside the block (a right-padded batch with ``lengths``, without norm
+    statistics); hooks are removed and the recorder is cleared on exit, whatever happens."""
+    with hooks.record(net) if lengths is None else nullcontext() as norms:
+        rec = Recorder(net, norms, lengths)
         token = _ACTIVE.set(rec)
         try:
             yield rec

@@ -1,4 +1,4 @@
-"""The command line: ``python -m attnviz models | trace | plot | generate | roles``.
+"""The command line: ``python -m attnviz models | trace | plot | generate | roles | corpus``.
 
 Bad input (an empty text, a missing file, a layer out of range) gets one plain line on stderr and
 exit status 2, as argparse does for bad arguments; a model that fails to run gets exit status 1.
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import html
+import os
 import sys
+import time
 from pathlib import Path
 
 
@@ -123,6 +125,31 @@ def cmd_roles(args) -> None:
           file=sys.stderr)
 
 
+def cmd_corpus(args) -> None:
+    from attnviz import corpus as cp
+
+    out = Path(args.out)
+    if out.suffix.lower() not in (".parquet", ".csv"):
+        raise InputError(f"--out must name a .parquet or .csv file, not {out.name!r}")
+    address = args.ray or os.environ.get("ATTNVIZ_RAY_ADDRESS") or None
+    started = time.monotonic()
+
+    def progress(done):
+        print(f"attnviz: {done:,} texts ({done / (time.monotonic() - started):.1f} texts/s)", file=sys.stderr)
+
+    try:
+        source = cp.Corpus(args.input, args.column)
+        stats = cp.run(args.model, args.input, out, args.column, args.limit, address, progress=progress)
+        written = cp.write(stats, out, source, by=args.top_by, k=args.top)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    except ImportError as e:
+        raise InputError(f"--ray needs Ray ({e.name}): pip install -r requirements-ray.txt") from None
+    except OSError as e:
+        raise InputError(f"cannot write {str(out)!r}: {e.strerror or e}") from None
+    print(f"wrote {' and '.join(map(str, written))}: {stats.n_texts:,} texts", file=sys.stderr)
+
+
 def _write(path: Path, write) -> None:
     try:
         write()
@@ -138,7 +165,7 @@ def parser() -> argparse.ArgumentParser:
         description="Run text through a transformer and save what its attention heads do.",
         epilog="Models: the keys `models` lists, hf:<Hugging Face id or folder>, or a local folder.",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{models,trace,plot,generate,roles}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{models,trace,plot,generate,roles,corpus}")
     sub.add_parser("models", help="list the built-in model keys").set_defaults(run=cmd_models)
 
     def text_command(name: str, help: str, model: str | None = "builtin:minilm", out: str = "") -> argparse.ArgumentParser:
@@ -175,6 +202,22 @@ def parser() -> argparse.ArgumentParser:
     gen.set_defaults(run=cmd_generate)
     text_command("roles", "score every head's roles (previous-token, induction, …) on the text and on the "
                  "repeated random-token probe; write them as CSV", out=".csv").set_defaults(run=cmd_roles)
+
+    from attnviz.corpus import NAMES
+
+    help = "every head's statistics over a corpus (distributions per head, top texts), resumable"
+    corpus = sub.add_parser("corpus", help=help, description=help)
+    corpus.add_argument("--model", default="builtin:minilm", help="model key (default: builtin:minilm)")
+    corpus.add_argument("--input", required=True, help=".txt (a text per line, or blank-line separated), .csv, .jsonl or .parquet")
+    corpus.add_argument("--column", help="the text column of .csv/.jsonl/.parquet (default: text)")
+    corpus.add_argument("--out", required=True, help="per-head table, .parquet or .csv; top texts go to <stem>.top<ext>, "
+                        "finished shards to <out>.shards/ (a rerun skips them)")
+    corpus.add_argument("--limit", type=int, help="only the first N texts")
+    corpus.add_argument("--ray", metavar="auto|ADDRESS",
+                        help="run on Ray (auto: a local or already started cluster); also ATTNVIZ_RAY_ADDRESS")
+    corpus.add_argument("--top", type=int, default=5, help="texts kept per head at each end (default 5)")
+    corpus.add_argument("--top-by", choices=NAMES, default="max", help="statistic that ranks them (default max)")
+    corpus.set_defaults(run=cmd_corpus)
     return p
 
 

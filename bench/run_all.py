@@ -18,7 +18,7 @@ from common import MB, OUT, ROOT, conditions, mb, save, table
 from server import short
 
 # In order: payload writes bertviz's HTML that browser opens.
-SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "analysis_speed", "on_demand"]
+SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "analysis_speed", "on_demand", "corpus"]
 MINILM = "builtin:minilm"
 
 
@@ -94,6 +94,16 @@ def targets() -> list[list]:
                 lambda v: f"{v:.2f} s")
             add(f"peak RSS tracing {r['tokens']:,} tokens ({name.split()[0]})", r["peak"], 24 * 2**30,
                 lambda v: v <= 24 * 2**30, lambda v: f"{v / 2**30:.1f} GB")
+    corpus = load("corpus")
+    add("corpus texts/s at 128 tokens, batched / one at a time", corpus and corpus["batched_vs_one"], 3.0,
+        lambda v: v >= 3.0, lambda v: f"{v:.2f}×")
+    ray = corpus and corpus.get("ray")
+    add("corpus on local Ray (2 actors) / in-process, overhead", ray and ray["overhead"], 0.2, lambda v: v <= 0.2,
+        lambda v: f"{v:+.0%}")
+    grown = corpus and corpus["memory"]
+    span = f"{grown['n_small']:,} → {grown['n_big']:,}" if grown else "1,000 → 10,000"
+    add(f"corpus RSS growth, {span} texts", grown and grown["growth_mb"] * MB, 100 * MB,
+        lambda v: v <= 100 * MB, lambda v: f"{mb(v)} MB")
     return rows
 
 

@@ -114,18 +114,20 @@ def key_masks(trace) -> dict[str, np.ndarray]:
     return {"cls": first, "sep": special & ~first, "punct": punct}
 
 
-def head_stats(trace) -> dict[str, np.ndarray]:
-    """Every statistic in STATS for every head of one stack: name -> (L, H).
+def head_stats(trace, shares: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Every statistic in STATS for every head of one stack: name -> (L, H); with ``shares`` (name -> (T,) bool
+    key mask), also each mask's share of the weight (mean over queries), in the same pass.
 
     Row by row, a tile of query rows at a time (``trace.weights``), so any length costs what the forward
     costs, never L·H·T² floats at once.
     """
     w = trace.weights
     L, H, T, _ = w.shape
-    masks = np.stack(list(key_masks(trace).values()), axis=1).astype(np.float32)  # (T, 3): cls, sep, punct
+    keys = {**key_masks(trace), **(shares or {})}
+    masks = np.stack(list(keys.values()), axis=1).astype(np.float32)  # (T, K): cls, sep, punct, then ``shares``
     n = attendable(T, trace.kind == "decoder")
     log_n = np.log(np.maximum(n, 2)).astype(np.float32)  # rows with one attendable key are left out below
-    sums = {name: np.zeros((L, H)) for name in STATS}
+    sums = {name: np.zeros((L, H)) for name in (*STATS, *keys)}
     step = w.rows_per_tile(H)
     for layer in range(L):
         for a in range(0, T, step):
@@ -138,9 +140,9 @@ def head_stats(trace) -> dict[str, np.ndarray]:
             s["entropy_norm"][layer] += (ent[:, n[a:b] > 1] / log_n[a:b][n[a:b] > 1]).sum(-1)
             gap = np.abs(rows[:, None] - np.arange(T)[None, :]).astype(np.float32)  # (rows, T)
             s["distance"][layer] += np.einsum("hij,ij->h", tile, gap, dtype=np.float64)
-            shares = (tile @ masks).sum(1, dtype=np.float64)  # (H, 3)
-            for i, name in enumerate(("cls", "sep", "punct")):
-                s[name][layer] += shares[:, i]
+            weight_on = (tile @ masks).sum(1, dtype=np.float64)  # (H, K)
+            for i, name in enumerate(keys):
+                s[name][layer] += weight_on[:, i]
             for name, offset in (("prev", -1), ("self", 0), ("next", 1)):
                 r = rows[(rows + offset >= 0) & (rows + offset < T)]
                 s[name][layer] += tile[:, r - a, r + offset].sum(-1, dtype=np.float64)

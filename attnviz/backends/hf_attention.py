@@ -43,12 +43,15 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     if recorder is None and softcap is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, position_bias=position_bias, **kwargs)
-    if query.shape[0] != 1:
-        raise ValueError("attnviz captures one text at a time (a batch of one)")
-    layer = layer_qk(module, query, key, attention_mask, scaling, is_causal, position_bias, softcap, sliding_window,
-                     {} if recorder is None else recorder.seen_masks)
+    items = [None] if recorder is None else recorder.items(query.shape[0], query.shape[2], key.shape[2])
+    if softcap is not None and query.shape[0] != 1:
+        raise ValueError("attnviz runs soft-capped attention one text at a time (a batch of one)")
+    seen = {} if recorder is None else recorder.seen_masks
+    layers = [layer_qk(module, query, key, attention_mask, scaling, is_causal, position_bias, softcap, sliding_window,
+                       seen, b, n) for b, n in enumerate(items)]  # one text, or each text of a padded batch
     if recorder is not None:
-        recorder.attention(module, layer)
+        recorder.attention(module, layers)
+    layer = layers[0]
     if softcap is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, position_bias=position_bias, **kwargs)
@@ -57,21 +60,25 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
 
 
 def layer_qk(module, query, key, attention_mask, scaling, is_causal, position_bias, softcap, sliding_window,
-             seen: dict) -> LayerQK:
-    """The LayerQK of one call, reading its mask as ``sdpa_attention_forward`` does (batch of one)."""
+             seen: dict, item: int = 0, n: int | None = None) -> LayerQK:
+    """The LayerQK of text ``item`` of one call, cut to its first ``n`` positions (all when None), reading its
+    mask as ``sdpa_attention_forward`` does."""
+    query, key = query[item:item + 1, :, :n], key[item:item + 1, :, :n]  # (1, H, Tq, Dh), (1, Hkv, Tk, Dh)
     Tq, Tk = query.shape[2], key.shape[2]
     causal = (is_causal if is_causal is not None else getattr(module, "is_causal", True)) and Tq > 1
     scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
     window, mask = None, None
     if attention_mask is not None:
-        if id(attention_mask) not in seen:  # one model-wide mask serves every layer: read it once
-            seen[id(attention_mask)] = (attention_mask, _recipe(attention_mask[0], sliding_window, Tq, Tk))
-        causal, window, mask = seen[id(attention_mask)][1]
+        mine = attention_mask[item if attention_mask.shape[0] > 1 else 0, :, :n, :n]  # (1 or H, Tq, Tk)
+        if (id(attention_mask), item) not in seen:  # one model-wide mask serves every layer: read it once
+            seen[id(attention_mask), item] = (attention_mask, _recipe(mine, sliding_window, Tq, Tk))
+        causal, window, mask = seen[id(attention_mask), item][1]
     bias = None
     if position_bias is not None:
-        bias = _by_offset(position_bias[0])  # (1 or H, Tq + Tk − 1)
+        pb = position_bias[item if position_bias.shape[0] > 1 else 0, :, :n, :n]  # (1 or H, Tq, Tk)
+        bias = _by_offset(pb)  # (1 or H, Tq + Tk − 1)
         if bias is None:  # not a relative bias: add it whole
-            pb = position_bias[0].float()
+            pb = pb.float()
             mask = pb if mask is None else (pb + mask if mask.dtype != torch.bool else pb.masked_fill(~mask, float("-inf")))
     return LayerQK(query[0], key[0], scale, softcap=softcap, causal=causal, window=window, bias=bias, mask=mask)
 

@@ -41,8 +41,9 @@ def attend(module, q, k, v, mask=None, causal: bool = False, dropout: nn.Module 
     """The attention of attnviz's own modules -> (out (B, H, Tq, Dv), weights (B, H, Tq, Tk) or None).
 
     ``mask`` is boolean (True = may attend) and broadcasts to (B, H, Tq, Tk); ``causal`` hides later keys.
-    Inside ``attnviz.capture.record`` the call hands its queries, keys and mask to the recorder and runs
-    torch's fused SDPA, returning no weights (the trace computes them on demand); otherwise it returns them.
+    Inside ``attnviz.capture.record`` the call hands its queries, keys and mask (per text, cut to its length in
+    a padded batch) to the recorder and runs torch's fused SDPA, returning no weights (the trace computes them
+    on demand); otherwise it returns them.
     """
     Tq, Tk = q.shape[-2], k.shape[-2]
     if causal:
@@ -50,16 +51,18 @@ def attend(module, q, k, v, mask=None, causal: bool = False, dropout: nn.Module 
     recorder = RECORDER.get()
     if recorder is None:
         return scaled_dot_product_attention(q, k, v, mask, dropout)
-    if q.shape[0] != 1:
-        raise ValueError("a recorded forward takes one text at a time (a batch of one)")
-    extra = None
-    if mask is not None and not bool(mask.all()):
-        m = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (B, 1 or H, 1 or Tq, Tk)
-        extra = m[0].expand(-1, Tq, Tk)  # (1 or H, Tq, Tk): what causality alone does not explain
-        if causal and bool((extra == causal_mask(Tq, Tk, q.device)).all()):
-            extra = None
     scale = q.shape[-1] ** -0.5
-    recorder.attention(module, LayerQK(q[0], k[0], scale, causal=causal, mask=extra))
+    m = None if mask is None else mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (1 or B, 1 or H, 1 or Tq, Tk)
+    layers = []
+    for b, n in enumerate(recorder.items(q.shape[0], Tq, Tk)):  # one text, or each text of a padded batch
+        tq, tk = (Tq, Tk) if n is None else (n, n)
+        extra = None
+        if m is not None:
+            extra = m[b if m.shape[0] > 1 else 0, :, :n, :n].expand(-1, tq, tk)  # (1 or H, tq, tk)
+            if bool(extra.all()) or (causal and bool((extra == causal_mask(tq, tk, q.device)).all())):
+                extra = None  # nothing that causality alone does not explain
+        layers.append(LayerQK(q[b, :, :n], k[b, :, :n], scale, causal=causal, mask=extra))
+    recorder.attention(module, layers)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     if mask is not None:  # fully masked rows: zero, as the weights say (SDPA gives NaN there)
         out = out.nan_to_num(0.0)

@@ -1,0 +1,465 @@
+"""Corpus mode: every head's statistics over thousands of texts, as distributions, with the texts that stand out.
+
+A corpus (``.txt``, ``.csv``, ``.jsonl`` or ``.parquet``) is read as a stream, cut into shards of texts, and
+each shard run in right-padded batches: the recorder keeps each text's queries and keys cut to its own tokens
+(``attnviz.capture.record(net, lengths)``), so padding never reaches a statistic and a text's numbers are those
+of ``head_stats(attnviz.trace(text))``. Per-text statistics (float32, (n, L, H) per statistic) are written
+shard by shard next to the output; a rerun skips finished shards, and nothing is kept past its shard.
+With Ray (``ray_address``), the same batches run in a Ray Data actor pool, each actor loading the model once.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from .analysis.heads import STATS, head_stats, is_punctuation
+from .backends import open_model
+from .backends.common import check_text, encode
+from .capture import record
+from .tokens import clean
+from .traces import AttentionTrace
+
+FORMATS = (".txt", ".csv", ".jsonl", ".parquet")
+MAX_TEXT_CHARS = 1_000_000  # one text (a line, a field) longer than this is a broken file, not a text
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+SHARD_TEXTS = 256
+BATCH_TEXTS = 16
+BATCH_TOKENS = 8192  # a batch holds at most this many padded positions
+# Short English function words (a closed class): what "attention on stop words" counts.
+STOP_WORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being below between both but
+by can could did do does doing down during each few for from further had has have having he her here hers herself
+him himself his how i if in into is it its itself just me more most my myself no nor not now of off on once only
+or other our ours ourselves out over own same she should so some such than that the their theirs them themselves
+then there these they this those through to too under until up very was we were what when where which while who
+whom why will with would you your yours yourself yourselves
+""".split())
+CATEGORIES = {
+    "special": "special tokens ([CLS], [SEP], <s>, …)",
+    "punctuation": "punctuation tokens",
+    "stop_word": "stop words (the, of, and, …)",
+    "word_piece": "word pieces: tokens that continue a word",
+    "number": "numbers",
+}
+NAMES = (*STATS, *CATEGORIES)  # every per-head statistic a corpus run keeps
+
+
+# ---------------------------------------------------------------- reading a corpus
+
+
+class Corpus:
+    """A corpus file, checked when opened (a ValueError that says what is wrong); iterating streams its texts.
+
+    ``.txt``: one text per line, or paragraphs separated by blank lines when the file has any; ``.csv``,
+    ``.jsonl``, ``.parquet``: the values of ``column``. Blank texts are skipped.
+    """
+
+    def __init__(self, path, column: str | None = None):
+        self.path = Path(path)
+        self.format = self.path.suffix.lower()
+        if self.format not in FORMATS:
+            raise ValueError(f"{self.path.name}: a corpus must be {', '.join(FORMATS)}, not {self.format or 'no extension'!r}")
+        if not self.path.is_file():
+            raise ValueError(f"{self.path}: no such file")
+        if self.path.stat().st_size == 0:
+            raise ValueError(f"{self.path.name} is empty")
+        self.column = column or "text"
+        if self.format != ".parquet":
+            head = self.path.open("rb").read(65536)
+            if b"\0" in head:
+                raise ValueError(f"{self.path.name} looks binary (it has NUL bytes), not UTF-8 text")
+            try:
+                head.decode("utf-8")
+            except UnicodeDecodeError as e:
+                if e.start < len(head) - 4:  # not just a character cut at the end of the sample
+                    raise ValueError(f"{self.path.name} is not UTF-8 text (byte {e.start})") from None
+            # paragraphs when a blank line separates two texts (not just trailing blank lines)
+            self.paragraphs = self.format == ".txt" and re.search(rb"\S[ \t\r]*\n[ \t\r]*\n\s*\S", head) is not None
+        self._check_column()
+        if next(iter(self), None) is None:
+            raise ValueError(f"{self.path.name} has no texts")
+
+    def _check_column(self) -> None:
+        if self.format == ".txt":
+            return
+        if self.format == ".parquet":
+            import pyarrow.parquet as pq
+
+            try:
+                names = pq.ParquetFile(self.path).schema_arrow.names
+            except Exception as e:
+                raise ValueError(f"{self.path.name} is not a Parquet file: {e}") from None
+        elif self.format == ".csv":
+            with self._open() as f:
+                names = next(csv.reader(f), [])
+        else:
+            first = next((line for line in self._lines() if line.strip()), "{}")
+            names = list(self._json(first, 1))
+        if self.column not in names:
+            raise ValueError(f"{self.path.name} has no column {self.column!r}; its columns: {', '.join(map(str, names)) or 'none'}")
+
+    def _open(self):
+        return self.path.open(encoding="utf-8", newline="")
+
+    def _lines(self) -> Iterator[str]:
+        """The file's lines, refusing one over MAX_TEXT_CHARS without reading it whole."""
+        with self._open() as f:
+            for number, line in enumerate(iter(lambda: f.readline(MAX_TEXT_CHARS + 2), ""), 1):
+                if len(line) > MAX_TEXT_CHARS and not line.endswith("\n"):
+                    raise ValueError(f"{self.path.name}: line {number} is longer than {MAX_TEXT_CHARS:,} characters")
+                yield line
+
+    def _json(self, line: str, number: int) -> dict:
+        try:
+            record_ = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{self.path.name}: line {number} is not JSON ({e.msg})") from None
+        if not isinstance(record_, dict):
+            raise ValueError(f"{self.path.name}: line {number} is not a JSON object")
+        return record_
+
+    def _raw(self) -> Iterator:
+        if self.format == ".txt":
+            if not self.paragraphs:
+                yield from self._lines()
+                return
+            block: list[str] = []
+            for line in self._lines():
+                if line.strip():
+                    block.append(line)
+                elif block:
+                    yield "".join(block)
+                    block = []
+            if block:
+                yield "".join(block)
+        elif self.format == ".jsonl":
+            for number, line in enumerate(self._lines(), 1):
+                if line.strip():
+                    yield self._json(line, number).get(self.column)
+        elif self.format == ".csv":
+            csv.field_size_limit(MAX_TEXT_CHARS)
+            with self._open() as f:
+                try:
+                    yield from (row.get(self.column) for row in csv.DictReader(f))
+                except csv.Error as e:
+                    raise ValueError(f"{self.path.name}: {e} (a field over {MAX_TEXT_CHARS:,} characters?)") from None
+        else:
+            import pyarrow.parquet as pq
+
+            for batch in pq.ParquetFile(self.path).iter_batches(batch_size=1024, columns=[self.column]):
+                yield from batch.column(0).to_pylist()
+
+    def __iter__(self) -> Iterator[str]:
+        for value in self._raw():
+            if not isinstance(value, str):
+                continue
+            if len(value) > MAX_TEXT_CHARS:
+                raise ValueError(f"{self.path.name}: a text is longer than {MAX_TEXT_CHARS:,} characters")
+            try:
+                yield check_text(value.strip())
+            except ValueError:  # blank
+                continue
+
+    def fingerprint(self) -> str:
+        """What identifies this input for resumption: path, size, modification time, column."""
+        s = self.path.stat()
+        return f"{self.path.resolve()}|{s.st_size}|{s.st_mtime_ns}|{self.column}"
+
+
+def texts_by_id(corpus, ids) -> dict[int, str]:
+    """The texts with the given positions in the corpus (one more pass over it)."""
+    wanted, found = set(int(i) for i in ids), {}
+    for i, text in enumerate(corpus):
+        if i in wanted:
+            found[i] = text
+            if len(found) == len(wanted):
+                break
+    return found
+
+
+# ---------------------------------------------------------------- per-text statistics
+
+
+def categories(tokens, special: np.ndarray, word_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """(T,) bool key masks of each token category in CATEGORIES."""
+    special = np.asarray(special, bool)
+    words = np.asarray(word_ids)
+    plain = [clean(t).strip().lower() for t in tokens]
+    piece = np.zeros(len(tokens), bool)
+    piece[1:] = (words[1:] == words[:-1]) & (words[1:] >= 0)
+    return {
+        "special": special,
+        "punctuation": np.array([is_punctuation(t) for t in tokens]) & ~special,
+        "stop_word": np.array([p in STOP_WORDS for p in plain]) & ~special & ~piece,
+        "word_piece": piece & ~special,
+        "number": np.array([bool(p) and p.replace(".", "").replace(",", "").isdigit() for p in plain]) & ~special,
+    }
+
+
+def trace_stats(trace) -> dict[str, np.ndarray]:
+    """One trace's statistics: name in NAMES -> (L, H) float64."""
+    return head_stats(trace, categories(trace.tokens, trace.special, trace.word_ids))
+
+
+def batchable(backend) -> bool:
+    """Whether the backend runs padded batches: attnviz's own encoders, and captured Hugging Face models."""
+    from .backends.builtin import BuiltinModel
+    from .backends.hf import HFModel
+
+    if isinstance(backend, HFModel):
+        return backend.capture == "interface" and backend.kind != "encoder-decoder"
+    return type(backend) is BuiltinModel
+
+
+def _padded_batch(backend, encs: list) -> list[dict[str, np.ndarray]]:
+    """One right-padded forward over the encoded texts ``encs``, then each text's statistics."""
+    from .backends.hf import HFModel
+
+    lengths = [len(e.ids) for e in encs]
+    T = max(lengths)
+    ids = torch.zeros(len(encs), T, dtype=torch.long)  # (B, T); padding (id 0) is masked out
+    for b, e in enumerate(encs):
+        ids[b, : lengths[b]] = torch.tensor(e.ids)
+    mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()  # (B, T) 1 for real tokens
+    with torch.inference_mode(), record(backend.net, lengths) as rec:
+        if isinstance(backend, HFModel):
+            backend.net(input_ids=ids.to(backend.device), attention_mask=mask.to(backend.device))
+        else:
+            backend.net(ids, mask)
+    return [
+        trace_stats(AttentionTrace(e.tokens, weights=rec.weights(item=b), special=e.special, word_ids=e.word_ids,
+                                   model=backend.key, kind=backend.kind, truncated=e.truncated))
+        for b, e in enumerate(encs)
+    ]
+
+
+def text_stats(backend, texts: list[str], batch_texts: int = BATCH_TEXTS) -> dict[str, np.ndarray]:
+    """Each text's statistics: name in NAMES -> (n, L, H) float32, and "n_tokens" -> (n,).
+
+    Texts are sorted by length and run in padded batches (one at a time where the backend cannot batch).
+    """
+    if backend.kind == "encoder-decoder":
+        raise ValueError(f"corpus mode runs encoders and decoders; {backend.key} is an encoder–decoder")
+    n = len(texts)
+    out = {name: np.empty((n, backend.n_layers, backend.n_heads), np.float32) for name in NAMES}
+    out["n_tokens"] = np.empty(n, np.int64)
+    if not batchable(backend):
+        for i, text in enumerate(texts):
+            trace = backend.trace(text)
+            for name, value in trace_stats(trace).items():
+                out[name][i] = value
+            out["n_tokens"][i] = trace.n_tokens
+        return out
+    with backend.lock:
+        encs = [encode(backend.tokenizer, check_text(t), backend.limit()) for t in texts]
+    order = sorted(range(n), key=lambda i: len(encs[i].ids))  # similar lengths together: little padding
+    start = 0
+    while start < n:
+        stop = start + 1  # the longest text last: a batch grows while its padded size fits BATCH_TOKENS
+        while stop < n and stop - start < batch_texts and (stop - start + 1) * len(encs[order[stop]].ids) <= BATCH_TOKENS:
+            stop += 1
+        chosen = order[start:stop]
+        with backend.lock:
+            results = _padded_batch(backend, [encs[i] for i in chosen])
+        for i, stats in zip(chosen, results):
+            for name, value in stats.items():
+                out[name][i] = value
+            out["n_tokens"][i] = len(encs[i].ids)
+        start = stop
+    return out
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass
+class CorpusStats:
+    """Per-text statistics of a corpus: ``values[name]`` (N, L, H), with the texts' positions ``ids`` (N,)."""
+
+    model: str
+    ids: np.ndarray
+    n_tokens: np.ndarray
+    values: dict
+
+    @property
+    def n_texts(self) -> int:
+        return len(self.ids)
+
+    def table(self):
+        """One row per head: layer, head, n_texts, then per statistic its mean and quantiles (name_mean, name_p10 …)."""
+        import pandas as pd
+
+        L, H = next(iter(self.values.values())).shape[1:]
+        layer, head = np.divmod(np.arange(L * H), H)
+        columns = {"layer": layer, "head": head, "n_texts": np.full(L * H, self.n_texts)}
+        for name, v in self.values.items():
+            flat = v.reshape(len(v), L * H).astype(np.float64)  # (N, L·H)
+            columns[f"{name}_mean"] = flat.mean(0)
+            for q, value in zip(QUANTILES, np.quantile(flat, QUANTILES, axis=0)):
+                columns[f"{name}_p{round(q * 100)}"] = value
+        return pd.DataFrame(columns)
+
+    def grid(self, name: str, what: str = "mean") -> np.ndarray:
+        """(L, H): a statistic's mean (or quantile "p10" …) per head."""
+        v = self.values[name].astype(np.float64)
+        return v.mean(0) if what == "mean" else np.quantile(v, int(what[1:]) / 100, axis=0)
+
+    def top(self, by: str = "max", k: int = 5, texts: dict | None = None):
+        """Per head, the k texts where statistic ``by`` is highest ("most") and lowest ("least"): one row each
+        with layer, head, end, rank, text_id, value (and text, from ``texts`` {id: text}, when given)."""
+        import pandas as pd
+
+        v = self.values[by]  # (N, L, H)
+        N, L, H = v.shape
+        k = min(k, N)
+        order = np.argsort(v.reshape(N, L * H), axis=0, kind="stable")  # (N, L·H) ascending
+        rows = []
+        for end, picks in (("most", order[::-1][:k]), ("least", order[:k])):
+            for rank, row in enumerate(picks):
+                for lh, i in enumerate(row):
+                    rows.append((lh // H, lh % H, end, rank, int(self.ids[i]), float(v.reshape(N, L * H)[i, lh])))
+        frame = pd.DataFrame(rows, columns=["layer", "head", "end", "rank", "text_id", "value"])
+        if texts is not None:
+            frame["text"] = [texts.get(i, "") for i in frame["text_id"]]
+        return frame.sort_values(["layer", "head", "end", "rank"], ignore_index=True)
+
+
+def write_table(frame, out: Path) -> None:
+    """A DataFrame as Parquet or CSV, by the name's suffix, written whole or not at all."""
+    tmp = out.with_name(out.name + ".tmp")
+    if out.suffix.lower() == ".csv":
+        frame.to_csv(tmp, index=False)
+    else:
+        frame.to_parquet(tmp, index=False)
+    os.replace(tmp, out)
+
+
+# ---------------------------------------------------------------- running a job
+
+
+def shard_dir(out) -> Path:
+    return Path(str(out) + ".shards")
+
+
+def _job(shards: Path, fingerprint: dict) -> None:
+    """Keep the finished shards of the same job; start afresh for another one."""
+    meta = shards / "job.json"
+    if shards.is_dir() and (not meta.is_file() or json.loads(meta.read_text()) != fingerprint):
+        shutil.rmtree(shards)
+    shards.mkdir(parents=True, exist_ok=True)
+    meta.write_text(json.dumps(fingerprint))
+
+
+def _save_shard(path: Path, ids: np.ndarray, stats: dict) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, ids=ids, **stats)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(buf.getvalue())
+    os.replace(tmp, path)  # a shard is there whole or not at all
+
+
+def load_shards(shards: Path, model: str) -> CorpusStats:
+    """Every finished shard of a job, in corpus order."""
+    parts = []
+    for p in sorted(shards.glob("shard-*.npz")):
+        with np.load(p) as f:
+            parts.append({k: f[k] for k in f.files})
+    if not parts:
+        raise ValueError("no shard has finished yet")
+    cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return CorpusStats(model, cat.pop("ids"), cat.pop("n_tokens"), {name: cat[name] for name in NAMES})
+
+
+def _shards(corpus, limit: int | None, shard_texts: int) -> Iterator[tuple[int, list[int], list[str]]]:
+    """(shard number, text ids, texts), streamed."""
+    ids: list[int] = []
+    texts: list[str] = []
+    for i, text in enumerate(corpus):
+        if limit is not None and i >= limit:
+            break
+        ids.append(i)
+        texts.append(text)
+        if len(texts) == shard_texts:
+            yield ids[0] // shard_texts, ids, texts
+            ids, texts = [], []
+    if texts:
+        yield ids[0] // shard_texts, ids, texts
+
+
+def run(model: str, path, out, column: str | None = None, limit: int | None = None, ray_address: str | None = None,
+        shard_texts: int = SHARD_TEXTS, batch_texts: int = BATCH_TEXTS,
+        progress: Callable[[int], None] | None = None, backend=None) -> CorpusStats:
+    """Run ``model`` over the corpus at ``path`` and return its per-text statistics; shards are kept under
+    ``shard_dir(out)`` and a rerun of the same job skips the finished ones. ``progress(texts_done)`` is called
+    after each shard (``load_shards`` reads the results so far). ``ray_address`` ("auto" or an address) runs
+    the batches on Ray; ``backend`` is ``model`` already loaded (the app's cached one), else it is loaded here."""
+    corpus = Corpus(path, column)
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be at least 1, not {limit}")
+    shards = shard_dir(out)
+    _job(shards, {"model": model, "input": corpus.fingerprint(), "limit": limit, "shard_texts": shard_texts,
+                  "version": 1})
+    pending = ((s, ids, texts) for s, ids, texts in _shards(corpus, limit, shard_texts)
+               if not (shards / f"shard-{s:05d}.npz").is_file())
+    done = 0
+    for p in shards.glob("shard-*.npz"):
+        with np.load(p) as f:
+            done += len(f["ids"])
+    if ray_address:
+        from .corpus_ray import run_shards
+        finished = run_shards(model, pending, ray_address, batch_texts)
+    else:
+        backend = backend or open_model(model)
+        finished = ((s, ids, text_stats(backend, texts, batch_texts)) for s, ids, texts in pending)
+    for s, ids, stats in finished:
+        _save_shard(shards / f"shard-{s:05d}.npz", np.asarray(ids, np.int64), stats)
+        done += len(ids)
+        if progress is not None:
+            progress(done)
+    return load_shards(shards, model)
+
+
+def write(stats: CorpusStats, out, corpus: Corpus | None = None, by: str = "max", k: int = 5) -> list[Path]:
+    """The per-head table to ``out`` (.parquet or .csv) and the top texts per head beside it (``<stem>.top<ext>``)."""
+    out = Path(out)
+    write_table(stats.table(), out)
+    top = stats.top(by, k)
+    texts = texts_by_id(corpus, top["text_id"].unique()) if corpus is not None else None
+    top = stats.top(by, k, texts)
+    top_path = out.with_name(f"{out.stem}.top{out.suffix}")
+    write_table(top, top_path)
+    return [out, top_path]
+
+
+def estimate(done: int, total: int | None, started: float, done_at_start: int = 0) -> float | None:
+    """Seconds left at the rate since ``started`` (None until there is a rate, or without a total)."""
+    rate = (done - done_at_start) / max(time.monotonic() - started, 1e-9)
+    return None if not total or rate <= 0 else (total - done) / rate
+
+
+def count(corpus, limit: int | None = None) -> int:
+    """How many texts a run will take (one pass over the file)."""
+    n = 0
+    for _ in corpus:
+        n += 1
+        if limit is not None and n >= limit:
+            break
+    return n
+
+
+def digest(data: bytes) -> str:
+    """A short name for uploaded bytes: the page keeps an upload's shards under it."""
+    return hashlib.sha256(data).hexdigest()[:16]
