@@ -28,8 +28,8 @@ f = frame("Long text", limit=cap, text_from=uploaded_text)
 stack = f.trace.stack(None)  # self-attention; an encoder–decoder's encoder
 tokens, T = stack.queries.tokens, stack.queries.n_tokens
 L, H = stack.weights.shape[:2]
-if f.trace.truncated:
-    st.warning(f"The text has more tokens than this page takes: the first {T:,} are shown and "
+if f.trace.truncated:  # the status line says so too; this says which limit
+    st.info(f"The text has more tokens than this page takes: the first {T:,} are shown and "
                f"{f.trace.truncated:,} were cut (limit {f.model.limit(cap):,}: ATTNVIZ_MAX_LONG_TOKENS "
                "or the model's own position limit).")
 

@@ -13,7 +13,7 @@ from helpers import chart_specs, decode
 def page(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNVIZ_CORPUS_WORK", str(tmp_path / "work"))
     at = AppTest.from_file("../app.py", default_timeout=300)
-    at.switch_page("pages/8_Corpus.py")
+    at.switch_page("pages/10_Corpus.py")
     return at.run()
 
 
@@ -56,7 +56,7 @@ def test_bad_path_and_column_get_a_message(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNVIZ_CORPUS_DIR", str(folder))
     monkeypatch.setenv("ATTNVIZ_CORPUS_WORK", str(tmp_path / "work"))
     at = AppTest.from_file("../app.py", default_timeout=300)
-    at.switch_page("pages/8_Corpus.py")
+    at.switch_page("pages/10_Corpus.py")
     at = at.run()
     at = at.radio(key="corpus_source").set_value("path").run()
     at = at.text_input(key="corpus_path").input("../../etc/passwd").run()

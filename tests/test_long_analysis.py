@@ -106,7 +106,7 @@ def test_figures_escape_text_and_stay_small(trace):
     tokens = ["<b>bold</b>", "a", "<script>x</script>"]
     html = figs.reach_html(tokens, np.array([0, 1, 2]), np.array([0.0, 0.2, 0.8]), 1)
     assert "<b>bold</b>" not in html and "&lt;b&gt;bold&lt;/b&gt;" in html and "<script>" not in html
-    assert html.count("<span") == 1 and 'outline:2px solid #d62728" title="0.2"' in html  # 0 stays plain text
+    assert html.count("<span") == 1 and 'outline:2px solid #d62728;font-weight:bold;background:none;color:inherit" title="0.2">a</mark>' in html  # 0 stays plain text
     top_only = figs.reach_html(tokens, np.array([0, 1, 2]), np.array([0.5, 0.3, 0.2]), 2, most=1)
     assert top_only.count("<span") == 1 and '<span title="0.5"' in top_only  # only the strongest is shaded
     w = figs.window_heatmap(np.eye(3, dtype=np.float32), 0, tokens, "t")

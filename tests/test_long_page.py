@@ -75,7 +75,7 @@ def head(trace):
 def test_the_overview_blocks_and_window_are_the_traces_own(zoomed, trace, head):
     assert trace.n_tokens == N and trace.truncated > 0
     assert any(f"{N} tokens" in c.value for c in zoomed.caption)
-    assert any(f"the first {N:,} are shown" in w.value for w in zoomed.warning)
+    assert any(f"the first {N:,} are shown" in w.value for w in zoomed.info)
     figs = charts(zoomed)
     window = figs["long_window"]["data"][0]
     np.testing.assert_array_equal(decode(window["x"]), np.arange(4000, 4048))
@@ -159,7 +159,7 @@ def test_a_tokens_reach_finds_the_rare_word_and_shows_its_row_and_column(zoomed,
     np.testing.assert_allclose(row, head[p2], rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(col, head[:, p2], rtol=1e-6, atol=1e-9)
     (text,) = [h.proto.body for h in zoomed.get("html")]
-    assert re.search(rf'<b style="outline:2px solid #d62728" title="[^"]+">{RARE}</b>', text)
+    assert re.search(rf'<mark style="outline:2px solid #d62728;font-weight:bold;background:none;color:inherit" title="[^"]+">{RARE}</mark>', text)
     shaded = [float(t) for t in re.findall(r' title="([^"]+)"', text)]
     assert max(shaded) == pytest.approx(head[p2].max(), rel=1e-3)  # the darkest token is the row's largest weight
     table = zoomed.dataframe[0].value

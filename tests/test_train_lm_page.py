@@ -13,7 +13,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def test_a_short_run_draws_its_curves_and_the_model_generates():
     at = AppTest.from_file("../app.py", default_timeout=180)
-    at.switch_page("pages/9_Train_LM.py")
+    at.switch_page("pages/11_Train_LM.py")
     at.query_params["model"] = "builtin:classifier"  # a light model for the shared frame's own trace
     at.run()
     assert not at.exception and not at.error, (at.exception, at.error)

@@ -169,7 +169,7 @@ def reach_html(tokens, word_ids, weights: np.ndarray, focus: int, height: int = 
         space = " " if i > 0 and not glued else ""
         piece = html.escape(clean(t))
         if i == focus:
-            parts.append(f'{space}<b style="outline:2px solid #d62728" title="{weights[i]:.4g}">{piece}</b>')
+            parts.append(f'{space}<mark style="outline:2px solid #d62728;font-weight:bold;background:none;color:inherit" title="{weights[i]:.4g}">{piece}</mark>')
         elif shaded[i]:
             a = float(weights[i]) / top
             dark = ";color:#fff" if a > 0.55 else ""
