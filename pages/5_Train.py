@@ -25,9 +25,9 @@ SIZES = {  # the seed's architecture (post-norm, sinusoidal positions, ReLU) at 
     "small": dict(d_model=64, n_heads=4, n_layers=2, d_ff=128),
     "medium": dict(d_model=128, n_heads=4, n_layers=3, d_ff=256),
 }
-LM_SIZES = {  # pre-norm; induction needs two layers
+LM_SIZES = {  # pre-norm, learned positions; induction needs two layers
     "small": dict(d_model=32, n_heads=2, n_layers=2, d_ff=64),
-    "builtin:lm's": dict(d_model=64, n_heads=4, n_layers=2, d_ff=64),
+    "builtin:lm's": dict(d_model=64, n_heads=2, n_layers=2, d_ff=64),
 }
 LM_ABOUT = (
     "Every few steps the best head's **induction** and **previous-token** scores are measured on the standard "
