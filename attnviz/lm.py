@@ -4,7 +4,7 @@ The data is generated here, from a seed: short stories of templated sentences in
 come back word for word (what an induction head completes: [A][B] … [A] → [B]), and, nine documents in ten,
 a run of random words repeated (the standard probe's shape, so the heads that form generalise to any tokens).
 
-    python -m attnviz.train lm            # 5,000 steps: about 14 minutes on one busy core
+    python -m attnviz.train lm            # 5,000 steps: 11 to 15 minutes on one busy core
 """
 
 from __future__ import annotations
@@ -72,15 +72,21 @@ def batch(rng: random.Random, size: int, length: int) -> torch.Tensor:
 
 @dataclass
 class LMConfig:
-    """The language model's size and optimisation; pre-norm (trains without warm-up tricks), sinusoidal positions."""
+    """The language model's size and optimisation; pre-norm (trains without warm-up tricks), learned positions.
+
+    Learned positions and two heads of width 32 per layer: with sinusoidal positions and four heads of width 16,
+    layer 0 spread the previous token over four heads that each also looked a few tokens further back (best
+    previous-token score 0.36 after 5,000 steps); this way one head attends to it (0.82).
+    """
 
     steps: int = 5000
     batch_size: int = 16
     d_model: int = 64
-    n_heads: int = 4
+    n_heads: int = 2
     n_layers: int = 2
     d_ff: int = 64
-    max_len: int = 112  # the probe is [BOS] + 2 × 50 words
+    max_len: int = 112  # the probe is [BOS] + 2 × 50 words; learned positions: the model takes no more
+    positional: str = "learned"
     lr: float = 3e-3
     warmup: int = 50
     eval_every: int = 25  # the induction and previous-token scores on the probe, every so many steps

@@ -1,13 +1,16 @@
-"""Train the seed's models on a generated task and watch the loss, the accuracy and the attention change."""
+"""Train the seed's models on a generated task, or the language model on generated stories, and watch them learn:
+the loss and accuracy (or the induction and previous-token scores) and the attention change."""
 
 import streamlit as st
 
+from attnviz.analysis.roles import PROBE
 from attnviz.figures.attention import attention_heatmap
-from attnviz.figures.train import training_curves
+from attnviz.figures.train import lm_curves, training_curves
+from attnviz.lm import LMConfig, PROBE as PROMPT, train_lm
+from attnviz.settings import max_train_steps
 from attnviz.tasks import TASKS
 from attnviz.tokens import labels
 from attnviz.train import TrainConfig, train
-from attnviz.settings import max_train_steps
 from attnviz.ui.frame import frame, register_session_model, session_models
 from attnviz.ui.jobs import slot
 from attnviz.ui.share import code, plain
@@ -15,16 +18,46 @@ from attnviz.ui.share import code, plain
 TITLES = {
     "classifier": "Sentiment classifier: a cue word, maybe negated, decides positive or negative",
     "translator": "Date translator: “Friday, the 5th of March 2021” → 2021-03-05",
+    "lm": "Language model: generated stories with repeated spans; watch induction heads form",
 }
 SIZES = {  # the seed's architecture (post-norm, sinusoidal positions, ReLU) at small widths
     "tiny": dict(d_model=32, n_heads=2, n_layers=1, d_ff=64),
     "small": dict(d_model=64, n_heads=4, n_layers=2, d_ff=128),
     "medium": dict(d_model=128, n_heads=4, n_layers=3, d_ff=256),
 }
+LM_SIZES = {  # pre-norm, learned positions; induction needs two layers
+    "small": dict(d_model=32, n_heads=2, n_layers=2, d_ff=64),
+    "builtin:lm's": dict(d_model=64, n_heads=2, n_layers=2, d_ff=64),
+}
+LM_ABOUT = (
+    "Every few steps the best head's **induction** and **previous-token** scores are measured on the standard "
+    f"probe ({PROBE}). Watch for the jump in the induction curve: the phase change in which induction heads form "
+    "(Olsson et al. 2022)."
+)
 
 
 def session_key(task: str) -> str:
     return f"session:{task}"
+
+
+def use_model(key: str) -> None:
+    st.session_state["model"] = key
+
+
+def live(curves, on_eval=None):
+    """A progress bar and curves redrawn as training reports; ``on_eval(progress)`` below them at evaluations."""
+    bar, chart, below = st.progress(0.0, "starting…"), st.empty(), st.empty()
+    rows = []
+
+    def on_step(p):
+        rows.append(p.row())
+        bar.progress(p.step / p.steps, f"step {p.step} / {p.steps} · loss {p.loss:.4f}")
+        chart.plotly_chart(curves(rows), key=f"train_curve_{p.step}")
+        if p.model is not None and on_eval is not None:
+            with below.container():
+                on_eval(p)
+
+    return on_step
 
 
 def show_probe(model, text: str, chart_key: str) -> None:
@@ -48,26 +81,71 @@ def show_probe(model, text: str, chart_key: str) -> None:
     st.plotly_chart(attention_heatmap(attn, labels(rows), labels(cols)), key=chart_key)
 
 
-def use_model(key: str) -> None:
-    st.session_state["model"] = key
+def run_seed_task(task: str, size: str, steps: int, probe: str):
+    """Train the seed's model on ``task`` with live curves and probe -> (model, what the page keeps)."""
+    config = TrainConfig(steps=steps, eval_every=max(1, steps // 8), eval_size=200,
+                         log_every=max(1, steps // 100), **SIZES[size])
+
+    def on_eval(p):
+        st.subheader(f"Probe at step {p.step} · held-out accuracy {p.eval_accuracy:.1%}")
+        show_probe(p.model, probe, f"train_probe_chart_{p.step}")
+
+    result = train(task, config, live(training_curves, on_eval), key=session_key(task))
+    return result.model, dict(size=size, history=result.history, accuracy=result.eval_accuracy,
+                              seconds=result.seconds)
+
+
+def run_lm(size: str, steps: int):
+    """Train a language model with live loss, induction and previous-token curves -> (model, what the page keeps)."""
+    config = LMConfig(steps=steps, eval_every=max(1, steps // 20), log_every=max(1, steps // 100), **LM_SIZES[size])
+    result = train_lm(config, live(lm_curves), key=session_key("lm"))
+    return result.model, dict(size=size, history=result.history, induction=result.induction,
+                              previous=result.previous, seconds=result.seconds)
+
+
+def show_seed_result(key: str, done: dict, probe: str) -> None:
+    st.success(f"Trained **{key}** ({done['size']}) in {done['seconds']:.0f} s: "
+               f"{done['accuracy']:.1%} on held-out examples.")
+    st.button(f"Use {key} on every page", key="train_use", on_click=use_model, args=(key,))
+    st.plotly_chart(training_curves(done["history"]), key="train_curve")
+    st.subheader("Try it")
+    show_probe(session_models()[key], probe, "train_probe_chart")
+
+
+def show_lm_result(key: str, done: dict, probe: str) -> None:
+    st.success(f"Trained **{key}** ({done['size']}) in {done['seconds']:.0f} s: best induction score "
+               f"{done['induction']:.2f}, best previous-token score {done['previous']:.2f} on the probe.")
+    st.button(f"Use {key} on every page", key="train_use", on_click=use_model, args=(key,))
+    st.plotly_chart(lm_curves(done["history"]), key="train_curve")
+    st.markdown(f"Try it on the **Generate** page with a prompt like {code(probe)}.")
+
+
+def size_picker(column, sizes: dict, default: str, key: str) -> str:
+    return column.select_slider("Size", list(sizes), default, key=key, help=" · ".join(
+        f"{k}: {v['n_layers']} layers × {v['n_heads']} heads, width {v['d_model']}" for k, v in sizes.items()))
 
 
 frame("Train")
 st.title("Train")
 st.markdown(
-    "Train the seed's transformer, at a small size, on a task attnviz generates, and watch it learn. "
+    "Train the seed's transformer, at a small size, on a task attnviz generates, or attnviz's decoder-only "
+    "language model on generated stories, and watch it learn. "
     "The trained model stays available in the sidebar's model picker for this session."
 )
 c1, c2, c3 = st.columns(3)
-task = c1.radio("Task", list(TASKS), format_func=lambda t: TITLES[t].split(":")[0], key="train_task")
-size = c2.select_slider("Size", list(SIZES), "small", key="train_size",
-                        help=" · ".join(f"{k}: {v['n_layers']} layers × {v['n_heads']} heads, width {v['d_model']}"
-                                        for k, v in SIZES.items()))
+task = c1.radio("Task", list(TITLES), format_func=lambda t: TITLES[t].split(":")[0], key="train_task")
+size = (size_picker(c2, LM_SIZES, "builtin:lm's", "train_lm_size") if task == "lm"
+        else size_picker(c2, SIZES, "small", "train_size"))
 steps = c3.number_input("Steps", 10, 5000, 400, step=50, key="train_steps",
-                        help="Batches of 64 fresh examples; small models need a few hundred.")
+                        help="Batches of 64 fresh examples (the language model: 16 generated documents of 112 "
+                             "tokens); small models need a few hundred.")
 st.caption(TITLES[task])
-probe = st.text_input("Probe example", TASKS[task].probe, key=f"train_probe_{task}",
-                      help="Shown after each evaluation while training, and with the trained model afterwards.")
+if task == "lm":
+    st.markdown(LM_ABOUT)
+    probe = PROMPT
+else:
+    probe = st.text_input("Probe example", TASKS[task].probe, key=f"train_probe_{task}",
+                          help="Shown after each evaluation while training, and with the trained model afterwards.")
 
 used = st.session_state.get("train_steps_used", 0)
 left = max_train_steps() - used
@@ -79,35 +157,13 @@ elif steps > left:
 
 if st.button("Train", type="primary", key="train_go", disabled=left < 10):
     steps = min(int(steps), left)
-    config = TrainConfig(steps=steps, eval_every=max(1, steps // 8), eval_size=200,
-                         log_every=max(1, steps // 100), **SIZES[size])
-    bar, chart, live = st.progress(0.0, "starting…"), st.empty(), st.empty()
-    rows = []
-
-    def on_step(p):
-        rows.append(p.row())
-        bar.progress(p.step / p.steps, f"step {p.step} / {p.steps} · loss {p.loss:.4f}")
-        chart.plotly_chart(training_curves(rows), key=f"train_curve_{p.step}")
-        if p.model is not None:
-            with live.container():
-                st.subheader(f"Probe at step {p.step} · held-out accuracy {p.eval_accuracy:.1%}")
-                show_probe(p.model, probe, f"train_probe_chart_{p.step}")
-
     with slot("This training"):
         st.session_state["train_steps_used"] = used + steps  # counted when it starts: a stopped run is not refunded
-        result = train(task, config, on_step, key=session_key(task))
-    register_session_model(session_key(task), result.model)
-    st.session_state.setdefault("train_results", {})[task] = dict(
-        size=size, history=result.history, accuracy=result.eval_accuracy, seconds=result.seconds
-    )
+        model, done = run_lm(size, steps) if task == "lm" else run_seed_task(task, size, steps, probe)
+    register_session_model(session_key(task), model)
+    st.session_state.setdefault("train_results", {})[task] = done
     st.rerun()  # so the model picker, drawn before training, lists the new model
 
 done = st.session_state.get("train_results", {}).get(task)
 if done and session_key(task) in session_models():
-    key = session_key(task)
-    st.success(f"Trained **{key}** ({done['size']}) in {done['seconds']:.0f} s: "
-               f"{done['accuracy']:.1%} on held-out examples.")
-    st.button(f"Use {key} on every page", key="train_use", on_click=use_model, args=(key,))
-    st.plotly_chart(training_curves(done["history"]), key="train_curve")
-    st.subheader("Try it")
-    show_probe(session_models()[key], probe, "train_probe_chart")
+    (show_lm_result if task == "lm" else show_seed_result)(session_key(task), done, probe)

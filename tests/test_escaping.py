@@ -35,7 +35,6 @@ PAGES = {
     "pages/8_Generate.py": ("gen_new", "gen_temp", "gen_top_k", "gen_seed", "gen_step"),
     "pages/9_Long_text.py": ("pool", "zoom_start", "zoom_size", "token"),
     "pages/10_Corpus.py": (),
-    "pages/11_Train_LM.py": (),
 }
 _MD = MarkdownIt("commonmark")
 # What GitHub-flavoured Markdown (Streamlit's renderer) links by itself in plain text, outside code spans.

@@ -15,7 +15,10 @@ from attnviz.lm import VOCAB, LMConfig, batch, document, train_lm
 from attnviz.nn.attention import causal_mask, scaled_dot_product_attention
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-SMALL = LMConfig(steps=30, batch_size=4, d_model=32, n_heads=2, d_ff=64, max_len=112, eval_every=15, log_every=5)
+# Sinusoidal: in 30 steps a freshly drawn learned position table is still noise on the loss (the shipped
+# model's learned positions are tested through the checkpoint below).
+SMALL = LMConfig(steps=30, batch_size=4, d_model=32, n_heads=2, d_ff=64, max_len=112, positional="sinusoidal",
+                 eval_every=15, log_every=5)
 
 
 @pytest.fixture(scope="module")
@@ -97,21 +100,24 @@ def test_trace_generate_and_checkpoint_round_trip(trained, tmp_path):
 
 
 def test_the_shipped_model_has_induction_heads_after_a_previous_token_layer():
-    """builtin:lm, as shipped, on the standard probe: three of layer 1's heads are induction heads (≥ 0.5; the
-    best 0.90), layer 0's attend to the few tokens before the query (previous-token 0.27–0.36, short of the
-    issue's 0.5: the previous token reaches layer 1 spread over four heads, not through one), and the training
-    log shows the induction score rising from nothing."""
+    """builtin:lm, as shipped, on the standard probe, meets the issue's bars: a previous-token head (≥ 0.5; layer
+    0's head 0 scores 0.82, its other head attends broadly) feeding induction heads (≥ 0.5; both of layer 1's, the
+    best 0.98), and the training log shows the induction score rising from nothing."""
     import attnviz
 
     lm = attnviz.load("builtin:lm")
     s = role_scores(probe_trace(lm))
-    assert s["induction"].max() >= 0.85 and (s["induction"][1] >= 0.5).sum() >= 3 and (s["induction"][0] < 0.05).all()
-    assert (s["previous"][0] >= 0.25).all() and (s["local"][0] > s["local"][1]).all()
+    assert s["induction"].max() >= 0.85 and (s["induction"][1] >= 0.5).all() and (s["induction"][0] < 0.05).all()
+    assert s["previous"][0].max() >= 0.5 and (s["previous"][1] < 0.05).all()
+    assert (s["local"][0] > s["local"][1]).all()
     assert lm.info["induction"] == pytest.approx(s["induction"].max(), abs=1e-6)
+    assert lm.info["previous"] == pytest.approx(s["previous"].max(), abs=1e-6)
     log = lm.info["history"]
     evals = [h["induction"] for h in log if h["induction"] is not None]
     assert log[-1]["step"] == lm.info["training"]["steps"]
     assert evals[0] < 0.05 and evals[-1] >= 0.85  # the phase change: no induction head at first
+    previous = [h["previous"] for h in log if h["previous"] is not None]
+    assert previous[0] < 0.05 and previous[-1] >= 0.5
     # On a story it has seen the start of, greedy decoding continues it word for word.
     g = lm.generate("anna saw the red ball . then ben found the box in the garden . anna saw the", Sampling(4))
     assert g.continuation.startswith("red ball .")

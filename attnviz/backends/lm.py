@@ -31,7 +31,7 @@ def build(c) -> LanguageModel:
 
     return LanguageModel(TransformerConfig(
         vocab_size=len(VOCAB), d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, n_layers=c.n_layers,
-        max_len=c.max_len, norm_first=True, dropout=0.0, activation="gelu",
+        max_len=c.max_len, positional=c.positional, norm_first=True, dropout=0.0, activation="gelu",
     ))
 
 
