@@ -3,7 +3,7 @@
 A corpus (``.txt``, ``.csv``, ``.jsonl`` or ``.parquet``) is read as a stream, cut into shards of texts, and
 each shard run in right-padded batches: the recorder keeps each text's queries and keys cut to its own tokens
 (``attnviz.capture.record(net, lengths)``), so padding never reaches a statistic and a text's numbers are those
-of ``head_stats(attnviz.trace(text))``. Per-text statistics (float32, (n, L, H) per statistic) are written
+of ``head_stats(attnviz.trace(text))``, computed for a whole batch at once (``padded_head_stats``). Per-text statistics (float32, (n, L, H) per statistic) are written
 shard by shard next to the output; a rerun skips finished shards, and nothing is kept past its shard.
 With Ray (``ray_address``), the same batches run in a Ray Data actor pool, each actor loading the model once.
 """
@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from .analysis.heads import STATS, head_stats, is_punctuation
+from .analysis.heads import STATS, head_stats, is_punctuation, key_masks
 from .backends import open_model
 from .backends.common import check_text, encode
 from .capture import record
@@ -38,6 +38,8 @@ QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 SHARD_TEXTS = 256
 BATCH_TEXTS = 16
 BATCH_TOKENS = 8192  # a batch holds at most this many padded positions
+STATS_TILE_FLOATS = 1 << 20  # rows of a batch's weights at a time: the dozen passes over them stay in cache
+HIDDEN = -1e30  # added to a hidden key's score: its weight underflows to exactly 0, as with −inf, and 0 · HIDDEN = 0
 # Short English function words (a closed class): what "attention on stop words" counts.
 STOP_WORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being below between both but
@@ -224,13 +226,110 @@ def batchable(backend) -> bool:
     return type(backend) is BuiltinModel
 
 
-def _padded_batch(backend, encs: list) -> list[dict[str, np.ndarray]]:
-    """One right-padded forward over the encoded texts ``encs``, then each text's statistics."""
+class _Padded:
+    """One layer's LayerQKs of a padded batch (one per text, cut to its n_b tokens) as batch tensors, so that
+    any rows of every text's weights come from one product and one softmax."""
+
+    def __init__(self, layers: list, T: int):
+        first = layers[0]
+        H, Dh = first.shape[0], first.q.shape[-1]
+        self.layers, self.T = layers, T
+        # one batched path when the texts' recipes differ only in length, causality and window (no dense mask or bias)
+        self.fast = all(x.mask is None and x.bias is None and x.scaling == first.scaling and x.softcap == first.softcap
+                        for x in layers)
+        if not self.fast:
+            return
+        self.q = torch.zeros(len(layers), H, T, Dh)  # (B, H, T, Dh); padding rows stay 0
+        self.k = torch.zeros(len(layers), H, T, Dh)  # (B, H, T, Dh)
+        for b, x in enumerate(layers):
+            n = x.shape[1]
+            self.q[b, :, :n] = x.q.float() * first.scaling
+            self.k[b, :, :n] = x.k[torch.arange(H) // (H // x.k.shape[0])].float()  # grouped-query keys repeated
+        self.n = torch.tensor([x.shape[1] for x in layers])[:, None, None]  # (B, 1, 1)
+        self.causal = torch.tensor([x.causal for x in layers])[:, None, None]  # (B, 1, 1)
+        far = [x.window if x.window is not None else T + 1 for x in layers]
+        self.window = torch.tensor(far)[:, None, None]  # (B, 1, 1)
+
+    def rows(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Query rows ``start:stop`` of each text's weights (what ``LayerQK.weights`` gives), zero on the keys past
+        its end, (B, H, rows, T) float32; their row entropies and largest weights (B, H, rows). Rows past a text's
+        end are filler."""
+        B, T, H = len(self.layers), self.T, self.layers[0].shape[0]
+        if not self.fast:
+            w = torch.zeros(B, H, stop - start, T)
+            for b, x in enumerate(self.layers):
+                n = x.shape[1]
+                if start < n:  # the recipe's own exact path, text by text
+                    w[b, :, : min(stop, n) - start, :n] = x.weights(list(range(H)), start, min(stop, n))
+            return w, -torch.special.xlogy(w, w).sum(-1), w.amax(-1)
+        scores = self.q[:, :, start:stop] @ self.k.transpose(-2, -1)  # (B, H, rows, T)
+        softcap = self.layers[0].softcap
+        if softcap is not None:
+            scores = torch.tanh(scores.div_(softcap)).mul_(softcap)
+        i = torch.arange(start, stop)[:, None]  # (rows, 1) query positions (self-attention: Tq = Tk)
+        j = torch.arange(T)[None, :]  # (1, T)
+        hidden = (j >= self.n) | (self.causal & (j > i)) | (i - j >= self.window)  # (B, rows, T)
+        if bool(hidden.any()):
+            scores += torch.zeros(hidden.shape).masked_fill_(hidden, HIDDEN)[:, None]  # (B, 1, rows, T)
+        # softmax by hand: with u = s − max_j s, a row's largest weight is 1 / Σ e^u and its entropy
+        # −Σ α ln α = ln Σ e^u − Σ α u, with no log per weight (a hidden key has e^u = 0 exactly, and α u = 0)
+        u = scores.sub_(scores.amax(-1, keepdim=True))
+        w = u.exp()
+        z = w.sum(-1, keepdim=True)  # (B, H, rows, 1)
+        w /= z
+        return w, z[..., 0].log() - (w * u).sum(-1), z[..., 0].reciprocal()
+
+
+def padded_head_stats(layers: list[list], keys: dict[str, torch.Tensor], lengths: list[int],
+                      decoder: bool) -> dict[str, np.ndarray]:
+    """``head_stats`` of every text of a right-padded batch at once: name -> (B, L, H) float64.
+
+    ``layers[b]`` is text b's LayerQK per layer (cut to its own n_b tokens); ``keys`` name -> (B, T) the key masks
+    whose shares head_stats adds (``key_masks`` and the ``shares`` given to it; 0 past a text's end). Each per-row
+    quantity of head_stats is computed for the whole batch, tile by tile of rows, with the rows past a text's end
+    set to 0, so padding never reaches a statistic.
+    """
+    B, L, (H, _, _) = len(layers), len(layers[0]), layers[0][0].shape
+    T = max(lengths)
+    n = torch.tensor(lengths)[:, None]  # (B, 1)
+    masks = torch.stack([m.float() for m in keys.values()], dim=-1)[:, None]  # (B, 1, T, K)
+    per_row = ("entropy", "entropy_norm", "distance", "max", "prev", "self", "next")
+    sums = torch.zeros(len(per_row), B, L, H, dtype=torch.float64)
+    shares = torch.zeros(B, L, H, len(keys), dtype=torch.float64)  # (B, L, H, K)
+    step = max(1, STATS_TILE_FLOATS // (B * H * T))
+    with torch.inference_mode():
+        for layer in range(L):
+            padded = _Padded([x[layer] for x in layers], T)
+            for a in range(0, T, step):
+                z = min(a + step, T)
+                w, ent, top = padded.rows(a, z)  # (B, H, rows, T), (B, H, rows), (B, H, rows)
+                r = torch.arange(a, z)[None, :]  # (1, rows)
+                real = r < n  # (B, rows): the text's own queries
+                if min(lengths) < z:  # filler rows in this tile: 0, so sums over all rows are over real ones
+                    w *= real[:, None, :, None]
+                    ent, top = ent * real[:, None], top * real[:, None]
+                attendable = (r + 1) if decoder else n  # (B or 1, rows or 1)
+                norm = torch.where(real & (attendable > 1), 1 / torch.log(attendable.clamp(min=2).float()), 0)
+                gap = (r[0][:, None] - torch.arange(T)[None, :]).abs().float()  # (rows, T)
+                rows = torch.stack([ent, ent * norm[:, None], (w * gap).sum(-1), top])  # (4, B, H, rows)
+                sums[:4, :, layer] += rows.sum(-1, dtype=torch.float64)
+                for s, offset in enumerate((-1, 0, 1), 4):  # α_i,i+offset: 0 where i + offset is past the text
+                    sums[s, :, layer] += torch.diagonal(w, a + offset, dim1=-2, dim2=-1).sum(-1, dtype=torch.float64)
+                shares[:, layer] += (w.sum(2, keepdim=True) @ masks)[:, :, 0]  # (B, H, K): weight each key receives, by mask
+    nb = n.double()[:, :, None]  # (B, 1, 1)
+    count = {"entropy_norm": nb - 1 if decoder else torch.where(nb > 1, nb, 0), "prev": nb - 1, "next": nb - 1}
+    totals = {**dict(zip(per_row, sums)), **dict(zip(keys, shares.permute(3, 0, 1, 2)))}
+    return {name: torch.where(count.get(name, nb) > 0, total / count.get(name, nb).clamp(min=1), total).numpy()
+            for name, total in totals.items()}
+
+
+def _padded_batch(backend, encs: list) -> dict[str, np.ndarray]:
+    """One right-padded forward over the encoded texts ``encs``, then every text's statistics: name -> (B, L, H)."""
     from .backends.hf import HFModel
 
     lengths = [len(e.ids) for e in encs]
-    T = max(lengths)
-    ids = torch.zeros(len(encs), T, dtype=torch.long)  # (B, T); padding (id 0) is masked out
+    B, T = len(encs), max(lengths)
+    ids = torch.zeros(B, T, dtype=torch.long)  # (B, T); padding (id 0) is masked out
     for b, e in enumerate(encs):
         ids[b, : lengths[b]] = torch.tensor(e.ids)
     mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()  # (B, T) 1 for real tokens
@@ -239,11 +338,13 @@ def _padded_batch(backend, encs: list) -> list[dict[str, np.ndarray]]:
             backend.net(input_ids=ids.to(backend.device), attention_mask=mask.to(backend.device))
         else:
             backend.net(ids, mask)
-    return [
-        trace_stats(AttentionTrace(e.tokens, weights=rec.weights(item=b), special=e.special, word_ids=e.word_ids,
-                                   model=backend.key, kind=backend.kind, truncated=e.truncated))
-        for b, e in enumerate(encs)
-    ]
+    keys: dict[str, torch.Tensor] = {}
+    for b, e in enumerate(encs):  # each text's key masks, read from its trace as trace_stats does
+        t = AttentionTrace(e.tokens, weights=rec.weights(item=b), special=e.special, word_ids=e.word_ids,
+                           model=backend.key, kind=backend.kind, truncated=e.truncated)
+        for name, m in {**key_masks(t), **categories(t.tokens, t.special, t.word_ids)}.items():
+            keys.setdefault(name, torch.zeros(B, T, dtype=torch.bool))[b, : lengths[b]] = torch.tensor(m)
+    return padded_head_stats([rec.layers(item=b) for b in range(B)], keys, lengths, backend.kind == "decoder")
 
 
 def text_stats(backend, texts: list[str], batch_texts: int = BATCH_TEXTS) -> dict[str, np.ndarray]:
@@ -273,11 +374,10 @@ def text_stats(backend, texts: list[str], batch_texts: int = BATCH_TEXTS) -> dic
             stop += 1
         chosen = order[start:stop]
         with backend.lock:
-            results = _padded_batch(backend, [encs[i] for i in chosen])
-        for i, stats in zip(chosen, results):
-            for name, value in stats.items():
-                out[name][i] = value
-            out["n_tokens"][i] = len(encs[i].ids)
+            stats = _padded_batch(backend, [encs[i] for i in chosen])
+        for name in NAMES:
+            out[name][chosen] = stats[name]
+        out["n_tokens"][chosen] = [len(encs[i].ids) for i in chosen]
         start = stop
     return out
 

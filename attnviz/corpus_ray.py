@@ -58,7 +58,9 @@ def run_shards(model: str, pending: Iterable, address: str, batch_texts: int,
     if not items:
         return
     n = actors or workers()
-    ds = ray.data.from_items(items, override_num_blocks=max(1, min(len(items) // batch_texts, 4 * n)))
+    # at least one block per actor, or a short job leaves actors idle (16 texts made one block: one actor worked)
+    blocks = max(min(n, len(items)), min(len(items) // batch_texts, 4 * n))
+    ds = ray.data.from_items(items, override_num_blocks=blocks)
     results = ds.map_batches(StatsActor, fn_constructor_args=(model, batch_texts), batch_size=batch_texts * 4,
                              compute=ray.data.ActorPoolStrategy(size=n), num_cpus=1, batch_format="numpy")
     parts: dict[int, list[dict]] = {s: [] for s in waiting}

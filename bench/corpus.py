@@ -4,7 +4,8 @@ Run: ``python bench/corpus.py`` (``BENCH_QUICK=1``: fewer texts; ``BENCH_SKIP_RA
 
 - throughput at 128-token texts: padded batches of 16 against the same path one text at a time, and against
   what the library did before corpus mode (``head_stats(backend.trace(text))`` per text);
-- Ray, a local cluster of 2 one-CPU actors, against in-process with 2 torch threads: the same cores;
+- Ray, a local cluster of 2 one-CPU actors, against in-process with 2 torch threads (the same cores), on jobs of
+  16 and 400 texts (100 with BENCH_QUICK; BENCH_RAY_TEXTS sets it): start-up and steady state apart;
 - RSS of a child process after 1,000 and after 10,000 short texts (100 and 1,000 with BENCH_QUICK).
 
 Writes bench/out/corpus.json.
@@ -20,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, conditions, quick, save, table, text_of, threads, tokenizer
+from common import ROOT, clock, conditions, quick, save, table, text_of, threads, tokenizer
 
 MODEL = "builtin:minilm"
 
@@ -42,42 +43,56 @@ def throughput(backend, texts: list[str]) -> dict:
         "one at a time": lambda: cp.text_stats(backend, texts, 1),
         "trace + head_stats per text": lambda: [cp.trace_stats(backend.trace(t)) for t in texts],
     }
-    out = {}
+    out, now = {}, clock()
     for name, fn in ways.items():
-        t0 = time.perf_counter()
+        t0 = now()
         fn()
-        out[name] = len(texts) / (time.perf_counter() - t0)
+        out[name] = len(texts) / (now() - t0)
     return out
 
 
-def ray_overhead(texts: list[str], workdir: Path) -> dict:
-    """Wall seconds of the same job in-process (2 torch threads) and on a local 2-CPU Ray (cluster start
-    excluded; actors' model loading included, as a job pays it)."""
+def ray_overhead(texts: list[str], n_small: int, workdir: Path) -> dict:
+    """Wall seconds of the same jobs in-process (2 torch threads) and on a local 2-CPU Ray (cluster start
+    excluded), at ``n_small`` texts and at len(texts): the difference is the steady state (texts/s once actors
+    run), the rest of the small job is the start-up a job pays (actors start and load the model, Ray Data's
+    executor starts)."""
     import ray
     import torch
 
     from attnviz import corpus as cp
 
-    path = workdir / "ray.txt"
-    path.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    paths = {}
+    for name, part in (("small", texts[:n_small]), ("big", texts)):
+        paths[name] = workdir / f"ray-{name}.txt"
+        paths[name].write_text("\n".join(part) + "\n", encoding="utf-8")
     torch.set_num_threads(2)
-    t0 = time.perf_counter()
-    cp.run(MODEL, path, workdir / "local.parquet", shard_texts=len(texts))
-    local = time.perf_counter() - t0
+    out = {"texts_small": n_small, "texts_big": len(texts)}
+
+    def job(where, name, address=None):
+        t0 = time.perf_counter()
+        cp.run(MODEL, paths[name], workdir / f"{where}-{name}-{time.monotonic_ns()}.parquet", ray_address=address,
+               shard_texts=len(texts))
+        out[f"{where}_{name}_s"] = time.perf_counter() - t0
+
+    job("in_process", "small")
+    job("in_process", "big")
     ray.init(num_cpus=2, include_dashboard=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}})
     try:
-        t0 = time.perf_counter()
-        cp.run(MODEL, path, workdir / "ray.parquet", ray_address="auto", shard_texts=len(texts))
-        remote = time.perf_counter() - t0
-        t0 = time.perf_counter()  # actors again: the model load is paid once more, the cluster is warm
-        cp.run(MODEL, path, workdir / "ray2.parquet", ray_address="auto", shard_texts=len(texts))
-        warm = time.perf_counter() - t0
+        job("ray_first", "small", "auto")  # the first job on a fresh cluster: worker processes start too
+        job("ray", "small", "auto")  # a warm cluster: the actors start and load the model again
+        job("ray", "big", "auto")
     finally:
         ray.shutdown()
-    return {"texts": len(texts), "in_process_s": local, "ray_s": remote, "ray_warm_s": warm,
-            "in_process_texts_per_s": len(texts) / local, "ray_texts_per_s": len(texts) / warm,
-            "per_worker_texts_per_s": len(texts) / warm / 2, "overhead": warm / local - 1}
+    extra = len(texts) - n_small
+    for where in ("in_process", "ray"):
+        rate = extra / (out[f"{where}_big_s"] - out[f"{where}_small_s"])
+        out[f"{where}_steady_texts_per_s"] = rate
+        out[f"{where}_startup_s"] = max(0.0, out[f"{where}_small_s"] - n_small / rate)
+    out["per_worker_texts_per_s"] = out["ray_steady_texts_per_s"] / 2
+    out["overhead"] = out["ray_big_s"] / out["in_process_big_s"] - 1
+    out["steady_overhead"] = out["in_process_steady_texts_per_s"] / out["ray_steady_texts_per_s"] - 1
+    return out
 
 
 def child(n_small: int, n_big: int, path: str) -> None:
@@ -128,11 +143,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         if not os.environ.get("BENCH_SKIP_RAY"):
             try:
-                result["ray"] = r = ray_overhead(texts * 2, Path(d))
-                print(table("Ray local, 2 one-CPU actors, vs in-process with 2 threads", ["measure", "value"], [
-                    ["texts", r["texts"]], ["in-process s", f"{r['in_process_s']:.1f}"],
-                    ["Ray s (first job: actors start)", f"{r['ray_s']:.1f}"], ["Ray s (warm cluster)", f"{r['ray_warm_s']:.1f}"],
-                    ["per-worker texts/s", f"{r['per_worker_texts_per_s']:.2f}"], ["overhead", f"{r['overhead']:+.0%}"]]))
+                n_big = int(os.environ.get("BENCH_RAY_TEXTS", "") or (100 if quick() else 400))
+                result["ray"] = r = ray_overhead([texts[i % n] for i in range(n_big)], 16, Path(d))
+                print(table("Ray local, 2 one-CPU actors, vs in-process with 2 threads", ["measure", "in-process", "Ray"], [
+                    [f"job of {r['texts_small']} texts, s", f"{r['in_process_small_s']:.1f}",
+                     f"{r['ray_small_s']:.1f} (first on a fresh cluster: {r['ray_first_small_s']:.1f})"],
+                    [f"job of {r['texts_big']} texts, s", f"{r['in_process_big_s']:.1f}", f"{r['ray_big_s']:.1f}"],
+                    ["start-up per job, s", f"{r['in_process_startup_s']:.1f}", f"{r['ray_startup_s']:.1f}"],
+                    ["steady state, texts/s", f"{r['in_process_steady_texts_per_s']:.2f}",
+                     f"{r['ray_steady_texts_per_s']:.2f} ({r['per_worker_texts_per_s']:.2f} per worker)"],
+                    [f"Ray overhead at {r['texts_big']} texts", "", f"{r['overhead']:+.0%}"],
+                    ["Ray overhead in the steady state", "", f"{r['steady_overhead']:+.0%}"]]))
             except ImportError:
                 print("Ray is not installed: pip install -r requirements-ray.txt")
         result["memory"] = m = memory(Path(d))
