@@ -69,7 +69,10 @@ def builtin_bare(net):
     from attnviz.nn.attention import RECORDER
 
     class Discard:
-        def attention(self, module, layer):
+        def items(self, B, Tq, Tk):
+            return [None] * B
+
+        def attention(self, module, layers):
             pass
 
     def run(ids):
