@@ -18,7 +18,8 @@ from common import MB, OUT, ROOT, conditions, mb, save, table
 from server import short
 
 # In order: payload writes bertviz's HTML that browser opens.
-SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "analysis_speed", "on_demand", "corpus"]
+SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "analysis_speed", "on_demand", "corpus",
+           "long_browser"]
 MINILM = "builtin:minilm"
 
 
@@ -94,6 +95,7 @@ def targets() -> list[list]:
                 lambda v: f"{v:.2f} s")
             add(f"peak RSS tracing {r['tokens']:,} tokens ({name.split()[0]})", r["peak"], 24 * 2**30,
                 lambda v: v <= 24 * 2**30, lambda v: f"{v / 2**30:.1f} GB")
+    long_rows(add)
     corpus = load("corpus")
     add("corpus texts/s at 128 tokens, batched / one at a time", corpus and corpus["batched_vs_one"], 3.0,
         lambda v: v >= 3.0, lambda v: f"{v:.2f}×")
@@ -105,6 +107,40 @@ def targets() -> list[list]:
     add(f"corpus RSS growth, {span} texts", grown and grown["growth_mb"] * MB, 100 * MB,
         lambda v: v <= 100 * MB, lambda v: f"{mb(v)} MB")
     return rows
+
+
+def long_rows(add) -> None:
+    """Issue 14: the Long text page in the browser beside bertviz at 20–512 tokens, and at 4,096 and 16,384."""
+    lb = load("long_browser") or {}
+    seconds = lambda v: f"{v:.2f} s"  # noqa: E731
+    for n, r in (lb.get("small") or {}).items():
+        head = r.get("head_view", {}).get("drawn_s")
+        for page, label in (("long", "Long text"), ("attention", "Attention")):
+            ours = r.get(page, {}).get("overview_s")
+            if head is None:  # bertviz cannot open its HTML at this length: nothing to be slower than
+                rows_cannot(add, f"{label} overview drawn at {n} tokens / bertviz head view", ours)
+            else:
+                add(f"{label} overview drawn at {n} tokens / bertviz head view ({head:.2f} s)", ours, head,
+                    lambda v, lim=head: v <= lim, seconds)
+    for n, r in (lb.get("long") or {}).items():
+        n = int(n)
+        if n == 4096:
+            limit = 1.5 * r["forward_s"] + 1
+            add(f"Long text overview + detail drawn at 4,096 / 1.5× bare forward ({r['forward_s']:.1f} s) + 1 s",
+                r["detail_s"], limit, lambda v, lim=limit: v <= lim, seconds)
+        if n == 16384:
+            add("Long text page at 16,384 tokens: overview + detail drawn (completes)", r["detail_s"], None,
+                lambda v: True, lambda v: "—" if v is None else seconds(v))
+            add("Long text page bytes at 16,384 tokens (websocket)", r["page_bytes"], 2 * MB, lambda v: v <= 2 * MB,
+                lambda v: f"{mb(v)} MB")
+            add("zoom to a 256-token window at 16,384, action → drawn", r["zoom_s"], 1.0, lambda v: v <= 1.0, seconds)
+        add(f"server peak RSS at {n:,} tokens / HF eager with attentions ({r['eager_bytes'] / 2**30:.1f} GB)",
+            r["peak_rss"], r["eager_bytes"], lambda v, lim=r["eager_bytes"]: v <= lim, lambda v: f"{v / 2**30:.2f} GB")
+
+
+def rows_cannot(add, name, value) -> None:
+    """A row whose peer cannot run: the limit column says so; the verdict is a pass when attnviz drew it."""
+    add(name, value, None, lambda v: True, lambda v: "bertviz cannot (869 MB of HTML)" if v is None else f"{v:.2f} s")
 
 
 def main() -> int:

@@ -10,7 +10,8 @@ from attnviz.analysis.long import column, survey
 from attnviz.backends.common import MAX_CHARS
 from attnviz.ui.share import max_chars
 
-MAX_UPLOAD_BYTES = 2 * 2**20  # a .txt or .md of 2 MB is far more text than 16,384 tokens
+MAX_UPLOAD_BYTES = 2 * 2**20
+QUICK_SURVEY = 2**25  # weights (L·H·T²) a survey reads without a progress bar: 512 tokens of a 6×12-head model  # a .txt or .md of 2 MB is far more text than 16,384 tokens
 
 
 def uploaded_text(text: str) -> str:
@@ -47,10 +48,13 @@ def cached_survey(stack, sizes: tuple):
     with _lock:
         if key in _SURVEYS:
             return _SURVEYS[key]
-    L, H = stack.weights.shape[:2]
-    bar = st.progress(0.0, text=f"Reading all {L * H} heads, tile by tile…")
-    result = survey(stack.weights, *sizes, progress=bar.progress)
-    bar.empty()
+    L, H, Tq, Tk = stack.weights.shape
+    if L * H * Tq * Tk <= QUICK_SURVEY:  # milliseconds: a bar that comes and goes would only delay the page
+        result = survey(stack.weights, *sizes)
+    else:
+        bar = st.progress(0.0, text=f"Reading all {L * H} heads, tile by tile…")
+        result = survey(stack.weights, *sizes, progress=bar.progress)
+        bar.empty()
     with _lock:
         _SURVEYS[key] = result
         while len(_SURVEYS) > 2:
