@@ -10,7 +10,6 @@ a run of random words repeated (the standard probe's shape, so the heads that fo
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 import time
 from dataclasses import dataclass
@@ -139,6 +138,7 @@ def train_lm(config: LMConfig | None = None, on_step: Callable[[LMProgress], Non
     """Train a fresh language model on the generated stories; ``on_step`` every ``log_every`` steps and at
     evaluations. ``threads``: torch CPU threads while training (restored after)."""
     from .backends.lm import TrainedLM, build
+    from .train import schedule, update
 
     c = config or LMConfig()
     before = torch.get_num_threads()
@@ -149,19 +149,14 @@ def train_lm(config: LMConfig | None = None, on_step: Callable[[LMProgress], Non
         net = build(c)
         model = TrainedLM(key, net, VOCAB)
         opt = torch.optim.AdamW(net.parameters(), lr=c.lr, betas=(0.9, 0.98), weight_decay=0.01)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: min(1.0, (s + 1) / c.warmup) * (0.55 + 0.45 * math.cos(math.pi * s / c.steps)))
+        sched = schedule(opt, c.warmup, c.steps)
         history, start, scores = [], time.perf_counter(), (0.0, 0.0)
         for step in range(1, c.steps + 1):
             net.train()
             ids = batch(rng, c.batch_size, c.max_len)  # (B, T)
             logits, _ = net(ids[:, :-1])  # (B, T − 1, V): row t predicts token t + 1
             loss = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-            opt.step()
-            sched.step()
+            update(net, opt, sched, loss)
             evaluating = step % c.eval_every == 0 or step == c.steps
             if evaluating:
                 net.eval()

@@ -168,6 +168,21 @@ def train(
         torch.set_num_threads(before)
 
 
+def schedule(opt, warmup: int, steps: int):
+    """Linear warm-up (post-norm needs it), then cosine decay to a tenth: the last steps settle."""
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * (0.55 + 0.45 * math.cos(math.pi * s / steps)))
+
+
+def update(net, opt, sched, loss) -> None:
+    """One optimiser step on ``loss``, gradients clipped to norm 1."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+    opt.step()
+    sched.step()
+
+
 def _train(task: Task, c: TrainConfig, on_step, key: str | None) -> Trained:
     torch.manual_seed(c.seed)
     rng = random.Random(c.seed)
@@ -175,19 +190,12 @@ def _train(task: Task, c: TrainConfig, on_step, key: str | None) -> Trained:
     held_out = task.examples(c.eval_size, EVAL_SEED)
     model = wrap(task, net, key or f"trained:{task.kind}")
     opt = torch.optim.Adam(net.parameters(), lr=c.lr, betas=(0.9, 0.98))
-    # Linear warm-up (post-norm needs it), then cosine decay to a tenth: the last steps settle.
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / c.warmup) * (0.55 + 0.45 * math.cos(math.pi * s / c.steps))
-    )
+    sched = schedule(opt, c.warmup, c.steps)
     history, start, score = [], time.perf_counter(), 0.0
     for step in range(1, c.steps + 1):
         net.train()
         loss, acc = _loss(task, net, batch(task, task.examples(c.batch_size, rng.getrandbits(32))))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        update(net, opt, sched, loss)
         evaluating = step % c.eval_every == 0 or step == c.steps
         if evaluating:
             net.eval()
