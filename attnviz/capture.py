@@ -6,6 +6,10 @@ attnviz's registered attention function — hands its queries, keys and mask rec
 path (SDPA), never materialising weights. Outside a ``record`` block nothing is kept, so a model shared by all
 sessions stays stateless.
 
+``with reducing(reducer):`` around a recorded forward of one text also hands every self-attention weight tile to
+``reducer`` (``attnviz.analysis.long.Reducer``) as the forward attends: the attention output is then computed
+from those same tiles (explicit attention instead of SDPA), so a survey of every head costs no second pass.
+
 ``record(net, lengths=[n_0, n_1, …])`` records a right-padded batch of self-attention instead: each call keeps,
 per text, its own queries and keys cut to its n_b tokens (what a forward of that text alone would see), and
 ``rec.weights(item=b)`` gives text b's weights. Norm statistics are recorded for one text only.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import weakref
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 
 from . import hooks
 from .nn.attention import RECORDER as _ACTIVE
@@ -24,6 +29,7 @@ from .weights import LayerQK, OnDemandWeights
 CROSS = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn")
 
 _NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {attention module: side}
+_REDUCER: ContextVar = ContextVar("attnviz_reducer", default=None)
 
 
 def active() -> "Recorder | None":
@@ -57,6 +63,7 @@ class Recorder:
         self._norms = norms
         self.lengths = lengths  # a right-padded batch's real lengths; None: one text
         self.seen_masks: dict = {}  # (id(mask), item) -> (mask, recipe): a model shares one mask across its layers
+        self.reducer = _REDUCER.get() if lengths is None else None
 
     def items(self, B: int, Tq: int, Tk: int) -> list[int | None]:
         """Where each text of a call over B texts ends: [None] (all of it) for one text, else the batch's lengths."""
@@ -69,10 +76,23 @@ class Recorder:
                              f"with {Tq} queries and {Tk} keys (batches record self-attention only)")
         return list(self.lengths)
 
-    def attention(self, module, layers: list[LayerQK]) -> None:
+    def attention(self, module, layers: list[LayerQK], values=None):
         """Called by each attention function once per forward with each text's LayerQK (a second call, in
-        generation, replaces it)."""
+        generation, replaces it) and its values (Hkv, Tk, Dv) when it is one text. Returns the attention output
+        (H, Tq, Dv) when a reducer takes this call's weights (self-attention of one text), else None: the caller
+        runs its own fast path."""
         self.calls[module] = layers
+        if self.reducer is None or values is None or len(layers) != 1 or not self._surveyed(module):
+            return None
+        H, Tq, Tk = layers[0].shape
+        if Tq != Tk:  # generation's later steps: one query over the cache
+            return None
+        return layers[0].output(values, *self.reducer.layer(H, Tk))
+
+    def _surveyed(self, module) -> bool:
+        """Whether a reducer reads this module: an encoder–decoder's encoder, else any attention but cross."""
+        side = self.sides.get(module)
+        return side == "encoder" or (side != "cross" and "encoder" not in self.sides.values())
 
     def layers(self, side: str = "", item: int = 0) -> list[LayerQK]:
         """Text ``item``'s calls of one side ("encoder", "decoder", "cross"); all of them for a model with one stack."""
@@ -89,6 +109,17 @@ class Recorder:
         if self._norms is None:
             raise ValueError("a recorded batch has no norm statistics: record one text at a time for them")
         return self._norms.norms(side)
+
+
+@contextmanager
+def reducing(reducer):
+    """Recorded forwards of one text inside the block hand their self-attention weights to ``reducer``, tile by
+    tile, and attend with those tiles (see the module's docstring)."""
+    token = _REDUCER.set(reducer)
+    try:
+        yield reducer
+    finally:
+        _REDUCER.reset(token)
 
 
 @contextmanager

@@ -60,8 +60,10 @@ class LayerQK:
         lo = max(0, start + Tk - Tq - self.window + 1) if self.window is not None else 0
         hi = min(Tk, stop + Tk - Tq) if self.causal else Tk
         j = torch.arange(lo, hi)[None, :]  # (1, band) the keys computed
-        q = self.q[heads, start:stop].float() * self.scaling  # (h, rows, Dh)
-        k = self.k[heads // (H // self.k.shape[0]), lo:hi].float()  # (h, band, Dh)
+        every = len(heads) == H and bool((heads == torch.arange(H)).all())  # every head in order: views, no copies
+        q = (self.q[:, start:stop] if every else self.q[heads, start:stop]).float() * self.scaling  # (h, rows, Dh)
+        k = self.k[:, lo:hi] if every and self.k.shape[0] == H else self.k[heads // (H // self.k.shape[0]), lo:hi]
+        k = k.float()  # (h, band, Dh)
         scores = q @ k.transpose(-2, -1)  # (h, rows, band)
         if self.softcap is not None:
             scores = torch.tanh(scores.div_(self.softcap)).mul_(self.softcap)
@@ -94,16 +96,23 @@ class LayerQK:
     def _per_head(t: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
         return t if t.shape[0] == 1 else t[heads]
 
-    def output(self, v: torch.Tensor) -> torch.Tensor:
-        """The attention output for values ``v`` (Hkv, Tk, Dv) with these weights, tile by tile: (H, Tq, Dv)."""
+    def output(self, v: torch.Tensor, rows: int | None = None, visit=None, tile=None) -> torch.Tensor:
+        """The attention output for values ``v`` (Hkv, Tk, Dv) with these weights, ``rows`` query rows at a time:
+        (H, Tq, Dv). ``visit(w, start)`` sees each tile of weights w (H, rows, Tk) before it is used; ``tile(n)``,
+        when given, is the (H, n, Tk) tensor a tile of n rows is written into."""
         H, Tq, Tk = self.shape
-        v = v[torch.arange(H) // (H // v.shape[0])]  # (H, Tk, Dv)
-        out = torch.empty(H, Tq, v.shape[-1], dtype=v.dtype)
-        rows = max(1, TILE_FLOATS // (H * Tk))
+        dtype = v.dtype
+        v = v[torch.arange(H) // (H // v.shape[0])].float()  # (H, Tk, Dv)
+        out = torch.empty(H, Tq, v.shape[-1])
+        rows = rows or max(1, TILE_FLOATS // (H * Tk))
+        heads = list(range(H))
         for a in range(0, Tq, rows):
             b = min(a + rows, Tq)
-            out[:, a:b] = (self.weights(list(range(H)), a, b) @ v.float()).to(v.dtype)  # (H, rows, Dv)
-        return out
+            w = self.weights(heads, a, b, None if tile is None else tile(b - a))  # (H, rows, Tk)
+            if visit is not None:
+                visit(w, a)
+            torch.matmul(w, v, out=out[:, a:b])  # (H, rows, Dv)
+        return out.to(dtype)
 
 
 def frozen(a, dtype=None) -> np.ndarray:

@@ -72,7 +72,7 @@ def builtin_bare(net):
         def items(self, B, Tq, Tk):  # every text whole (as capture.Recorder.items for one text)
             return [None] * B
 
-        def attention(self, module, layers):
+        def attention(self, module, layers, values=None):  # SDPA runs: nothing reduced
             pass
 
     def run(ids):

@@ -11,10 +11,9 @@ from attnviz.figures import long as figs
 from attnviz.tokens import clean
 from attnviz.ui.frame import frame, layer_head
 from attnviz.ui.share import plain
-from attnviz.ui.long import cached_column, cached_survey, uploaded_text
+from attnviz.ui.long import DETAIL, cached_column, cached_survey, long_trace, uploaded_text
 
 WINDOW_MAX = 256  # tokens a side of the exact window: 65,536 cells, ~0.35 MB of float32 in the page
-DETAIL = 256  # blocks a side of a head at block resolution
 TOP_K = 10
 RANGE_LIMITS = {  # analyses that need every weight at once, with what they cost
     "Attention rollout and flow (Analysis page)": "multiply L dense T×T matrices (rollout is O(L·T³)); "
@@ -24,7 +23,7 @@ RANGE_LIMITS = {  # analyses that need every weight at once, with what they cost
 }
 
 cap = settings.max_long_tokens()
-f = frame("Long text", limit=cap, text_from=uploaded_text)
+f = frame("Long text", tracer=lambda key, text: long_trace(key, text, cap), text_from=uploaded_text)
 stack = f.trace.stack(None)  # self-attention; an encoder–decoder's encoder
 tokens, T = stack.queries.tokens, stack.queries.n_tokens
 L, H = stack.weights.shape[:2]
@@ -39,7 +38,7 @@ if f.trace.kind == "encoder-decoder":
 reduce = st.radio("Pool blocks by their", list(figs.REDUCES), key="pool", bind="query-params", horizontal=True,
                   help="max keeps a single sharp weight visible; mean shows where weight lies.")
 small = figs.overview_size(L, H)
-survey = cached_survey(stack, (small, DETAIL))
+survey = cached_survey(stack, small)
 layer, head = layer_head(L, H, with_mean=True)
 name = f"layer {layer}, mean of {H} heads" if head is None else f"layer {layer}, head {head}"
 
@@ -71,22 +70,29 @@ def zoom_to_box() -> None:
         st.session_state["zoom_size"] = int(np.clip(np.ceil(max(x1, y1)) - first, 1, WINDOW_MAX))
 
 
+@st.fragment
+def detail() -> None:
+    """The block map and its exact window: a zoom (typed, or a box dragged on the map) reruns only this."""
+    c1, c2 = st.columns(2)
+    start = c1.number_input("Window from token", 0, T - 1, key="zoom_start", bind="query-params",
+                            **initial("zoom_start", 0))
+    size = c2.number_input("Window size", 1, WINDOW_MAX, key="zoom_size", bind="query-params",
+                           help=f"At most {WINDOW_MAX} tokens: every cell is drawn with its exact weight.",
+                           **initial("zoom_size", min(64, T)))
+    start, stop = int(start), min(T, int(start) + int(size))
+    blocks = (survey.layer_max[layer] if reduce == "max" else survey.pooled("detail", reduce)[layer].mean(0)) \
+        if head is None else survey.pooled("detail", reduce)[layer, head]  # (s, s)
+    left, right = st.columns(2)
+    left.plotly_chart(figs.blocks_heatmap(blocks, survey.starts["detail"], survey.block("detail"), T, name, reduce,
+                                          (start, stop)), key="long_blocks", on_select=zoom_to_box, selection_mode="box")
+    w = long.window(stack.weights, layer, head, start, stop)  # (n, n) exact
+    right.plotly_chart(figs.window_heatmap(w, start, tokens, name), key="long_window")
+    right.caption(f"These rows keep {w.sum(1).mean():.1%} of their weight inside the window on average; "
+                  "the rest goes to tokens outside it.")
+
+
 st.subheader("Detail and zoom")
-c1, c2 = st.columns(2)
-start = c1.number_input("Window from token", 0, T - 1, key="zoom_start", bind="query-params", **initial("zoom_start", 0))
-size = c2.number_input("Window size", 1, WINDOW_MAX, key="zoom_size", bind="query-params",
-                       help=f"At most {WINDOW_MAX} tokens: every cell is drawn with its exact weight.",
-                       **initial("zoom_size", min(64, T)))
-start, stop = int(start), min(T, int(start) + int(size))
-blocks = (survey.layer_max[layer] if reduce == "max" else survey.pooled("detail", reduce)[layer].mean(0)) \
-    if head is None else survey.pooled("detail", reduce)[layer, head]  # (s, s)
-left, right = st.columns(2)
-left.plotly_chart(figs.blocks_heatmap(blocks, survey.starts["detail"], survey.block("detail"), T, name, reduce, (start, stop)),
-                  key="long_blocks", on_select=zoom_to_box, selection_mode="box")
-w = long.window(stack.weights, layer, head, start, stop)  # (n, n) exact
-right.plotly_chart(figs.window_heatmap(w, start, tokens, name), key="long_window")
-right.caption(f"These rows keep {w.sum(1).mean():.1%} of their weight inside the window on average; "
-              "the rest goes to tokens outside it.")
+detail()
 
 st.subheader("A token's reach")
 c1, c2 = st.columns([1, 2])

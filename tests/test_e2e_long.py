@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 import attnviz
+from attnviz.analysis.long import traced
+from attnviz.ui.long import DETAIL
 from conftest import SCREENSHOTS, start_server
 from test_long_page import N, TEXT
 
@@ -41,7 +43,8 @@ def long_server():
 
 @pytest.fixture(scope="module")
 def head():
-    return attnviz.load("builtin:seed").trace(TEXT, max_tokens=N).head(2, 5)  # (T, T)
+    trace, _ = traced(attnviz.load("builtin:seed"), TEXT, N, DETAIL)  # as the page makes it (survey in the forward)
+    return trace.head(2, 5)  # (T, T)
 
 
 def window(page, start: int) -> dict:

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 import attnviz
 import attnviz.weights
@@ -57,6 +58,48 @@ def test_the_survey_equals_dense_references(trace, small_tiles, overview, detail
         ref[..., i] = A[..., bins == i].sum(-1)
     np.testing.assert_allclose(s.distance, ref / ref.sum(-1, keepdims=True), atol=1e-6)
     assert long.distance_labels(s.edges)[:4] == ["0", "1", "2–3", "4–7"]
+
+
+def assert_same_survey(got, want, rtol):
+    for name in ("pooled_max", "pooled_mean"):
+        for grid in ("overview", "detail"):
+            np.testing.assert_allclose(getattr(got, name)[grid], getattr(want, name)[grid], rtol=rtol, atol=1e-7)
+    np.testing.assert_allclose(got.layer_max, want.layer_max, rtol=rtol, atol=1e-7)
+    np.testing.assert_allclose(got.received, want.received, rtol=rtol, atol=1e-6)
+    np.testing.assert_allclose(got.distance, want.distance, rtol=rtol, atol=1e-7)
+
+
+@pytest.mark.parametrize("key", ["builtin:seed", "builtin:lm", "gpt2", "gemma2", "bart"])
+def test_a_survey_read_during_the_forward_equals_one_read_after_it(key, small_tiles, tiny_backend):
+    """``capture.reducing``: the forward attends with the tiles it hands the reducer (its own encoder, its causal
+    language model, Hugging Face's attention function, soft-capping and sliding windows, an encoder–decoder's
+    encoder): the survey equals one read from the trace's weights, and the trace equals a plain one within 1e-5."""
+    from attnviz.capture import reducing
+
+    model = attnviz.load(key) if key.startswith("builtin:") else tiny_backend(key)
+    text = TEXT if key != "builtin:lm" else "A B C D E F A B C D E F G H " * 4
+    plain = model.trace(text)
+    with reducing(long.Reducer(7)) as reducer:
+        read = model.trace(text)
+    stack, plain_stack = read.stack(None), plain.stack(None)
+    assert reducer.complete(stack.weights.shape) and len(reducer.layers) == stack.weights.shape[0]
+    assert_same_survey(reducer.result(5), long.survey(stack.weights, 5, 7), rtol=1e-5)
+    np.testing.assert_allclose(stack.weights.dense(), plain_stack.weights.dense(), atol=1e-5)
+    np.testing.assert_allclose(stack.queries.hidden_states, plain_stack.queries.hidden_states, rtol=1e-5, atol=1e-4)
+
+
+def test_a_survey_is_not_read_from_a_padded_batch_or_outside_the_block():
+    from attnviz.capture import record, reducing
+
+    model = attnviz.load("builtin:seed")
+    ids = torch.tensor([model.tokenizer(TEXT).input_ids] * 2)
+    with reducing(long.Reducer(7)) as reducer, torch.inference_mode(), record(model.net, lengths=[ids.shape[1]] * 2):
+        model.net(ids)
+    assert reducer.layers == []  # a batch attends with SDPA and hands nothing over
+    model.trace(TEXT)
+    assert reducer.layers == []
+    with pytest.raises(ValueError, match="every query row of every layer"):
+        reducer.result()
 
 
 def test_columns_windows_and_rows_are_exact(trace, small_tiles):

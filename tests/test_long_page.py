@@ -62,9 +62,9 @@ def zoomed():
 @pytest.fixture(scope="module")
 def trace(zoomed):
     """The page's own trace, from the page's cache (a second forward would cost another ~30 s)."""
-    from attnviz.ui.frame import _cached_long_trace
+    from attnviz.ui.long import _LONG
 
-    return _cached_long_trace("builtin:seed", TEXT, None, N)
+    return _LONG["builtin:seed", TEXT, N].trace
 
 
 @pytest.fixture(scope="module")

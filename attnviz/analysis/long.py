@@ -1,5 +1,7 @@
 """Long-text analyses, tile by tile: one pass over every head gives pooled maps, what each key receives and
-how weight falls off with distance; a token's column; a window's exact weights.
+how weight falls off with distance (a survey: read after a forward, or during it with ``traced``, where each
+weight is computed once for the attention output and the survey alike); a token's column; a window's exact
+weights.
 
 Nothing here holds more than one tile of weights (``Weights.rows_per_tile``) at once, so a 16,384-token text
 costs one pass over its heads, never L·H·T² floats. Shapes use the legend in ``attnviz/__init__.py``.
@@ -13,6 +15,7 @@ import numpy as np
 import torch
 
 from ..tokens import clean
+from .. import weights as _weights
 from ..weights import Weights
 
 SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the first token is flagged a sink
@@ -55,21 +58,23 @@ def distance_labels(edges: np.ndarray) -> list[str]:
     return [f"{a}" if b - a == 1 else f"{a:,}–{b - 1:,}" for a, b in zip(edges[:-1], edges[1:])]
 
 
-def _distance_shares(w: torch.Tensor, start: int, edges: np.ndarray) -> np.ndarray:
-    """(h, bins): the weight rows ``start:`` of ``w`` (h, rows, Tk) put at each distance bin, summed over rows."""
+def _diagonal_sums(w: torch.Tensor, padded: torch.Tensor | None = None) -> torch.Tensor:
+    """(h, rows + Tk): the weight of ``w`` (h, rows, Tk) at each key offset j − i, summed over the rows; entry
+    m is offset m − rows (−rows … Tk − 1; the first and impossible offsets are 0).
+
+    The tile is copied into a zero-padded buffer whose rows are one element longer than a row's step, so a
+    strided view of it walks each diagonal down a column: one pass, where a cumulative sum per row was four.
+    ``padded`` (h, rows + 1, rows + Tk), zero outside the tile's place, is that buffer, reused.
+    """
     h, rows, Tk = w.shape
-    c = torch.zeros(h, rows, Tk + 1)
-    torch.cumsum(w, 2, out=c[:, :, 1:])  # c[..., j] = weight on keys < j (float32: rows sum to 1, error ~1e-7)
-    i = torch.arange(start, start + rows)[:, None]  # (rows, 1) the query positions (self-attention: Tq = Tk)
-    lo, hi = torch.as_tensor(edges[None, :-1]), torch.as_tensor(edges[None, 1:])  # (1, bins)
-
-    def between(a, b):  # (h, rows, bins): weight on keys a ≤ j < b, per row
-        a, b = (torch.broadcast_to(x.clamp(0, Tk), (rows, lo.shape[1])).expand(h, -1, -1) for x in (a, b))
-        return c.gather(2, b) - c.gather(2, a)
-
-    left = between(i - hi + 1, i - lo + 1)  # keys at distance lo … hi−1 before the query (and itself at 0)
-    right = between(i + lo.clamp(min=1), i + hi)  # after it, distance 0 counted once
-    return (left + right).sum(1, dtype=torch.float64).numpy()
+    R = rows + Tk
+    if padded is None:
+        padded = w.new_zeros(h, rows + 1, R)  # a spare row: the last rows' diagonals run into zeros, not past the end
+    place = padded[:, :rows, rows:]  # row i, key j at column rows + j
+    if place.data_ptr() != w.data_ptr():  # not computed in place already (``_Layer.tile``)
+        place.copy_(w)
+    sheared = padded.as_strided((h, rows, R), (padded.stride(0), R + 1, 1))  # [i, m] = padded[i, i + m]: offset m − rows
+    return sheared.sum(1)  # float32 over at most a tile's rows; the caller accumulates in float64
 
 
 class Survey(NamedTuple):
@@ -94,6 +99,124 @@ class Survey(NamedTuple):
         return int(s[1] - s[0]) if len(s) > 1 else int(self.received.shape[2])
 
 
+class _Layer:
+    """One layer's running reductions (tensors): filled tile by tile, whole row blocks at a time."""
+
+    def __init__(self, H: int, T: int, b: int):
+        nb = -(-T // b)
+        self.T, self.b = T, b
+        self.pmax = torch.zeros(H, nb, nb)
+        self.psum = torch.zeros(H, nb, nb)
+        self.lmax = torch.zeros(nb, nb)
+        self.received = torch.zeros(H, T)
+        self.diagonals = torch.zeros(H, 2 * T + 1, dtype=torch.float64)  # entry T + d: weight at offset d = j − i
+        self.rows = 0  # query rows seen so far
+        self._padded = None  # _diagonal_sums' buffer, kept while tiles of one size come
+
+    def tile(self, rows: int) -> torch.Tensor:
+        """(H, rows, T): where a tile of ``rows`` query rows can be computed in place for ``add`` (a view into
+        ``_diagonal_sums``' padded buffer, which then needs no copy)."""
+        if self._padded is None or self._padded.shape[1] != rows + 1:  # the first tile, or a last, shorter one
+            self._padded = torch.zeros(self.pmax.shape[0], rows + 1, rows + self.T)
+        return self._padded[:, :rows, rows:]
+
+    def add(self, w: torch.Tensor, start: int) -> None:
+        """Fold in the weights ``w`` (H, rows, T) of query rows ``start:``; ``start`` begins a row block."""
+        H, rows, T = w.shape
+        b = self.b
+        if start != self.rows or start % b:
+            raise ValueError(f"tiles must come in order, whole row blocks at a time: got row {start} after {self.rows}")
+        r0, r1 = start // b, -(-(start + rows) // b)  # the row blocks this tile covers, whole
+        # Row blocks first: a reduction across rows runs along the contiguous keys and leaves b× fewer values
+        # for the key blocks (max_pool2d and avg_pool2d over the tile took about 3× as long, one thread).
+        rmax, rsum = _block_reduce(w, b, 1)  # (H, row blocks, T)
+        self.received += rsum.sum(1)
+        self.pmax[:, r0:r1] = _block_reduce(rmax, b, 2, "max")  # (H, row blocks, nb)
+        self.psum[:, r0:r1] = _block_reduce(rsum, b, 2, "sum")
+        mean = _block_reduce(w.mean(0), b, 0, "max")  # (row blocks, T): block max of the heads' mean
+        self.lmax[r0:r1] = _block_reduce(mean, b, 1, "max")
+        # Diagonal m of the tile is offset m − rows from its own row, m − rows − start from the query's position.
+        lo = T - rows - start  # ≥ 0: the tile's rows end by T
+        self.tile(rows)  # the padded buffer for tiles of this size (w may lie in it already)
+        self.diagonals[:, lo:lo + rows + T] += _diagonal_sums(w, self._padded)
+        self.rows += rows
+        if self.rows == T:
+            self._padded = None
+
+
+class Reducer:
+    """A survey built from weight tiles as they are computed, layer by layer: ``layer(H, T)`` starts the next
+    layer and returns ``(rows, visit, tile)``; call ``visit(w, start)`` with its tiles of ``rows`` query rows, in
+    order, best computed into ``tile(rows)`` (``LayerQK.output`` does, so a forward feeds it while it attends:
+    ``capture.reducing``).
+    ``progress(fraction)`` after each tile, over ``n_layers`` when given."""
+
+    def __init__(self, detail: int = 256, n_layers: int | None = None,
+                 progress: Callable[[float], None] | None = None):
+        self.detail, self.n_layers, self.progress = detail, n_layers, progress
+        self.layers: list[_Layer] = []
+
+    def layer(self, H: int, T: int) -> tuple[int, Callable, Callable]:
+        """Start the next layer: ``(rows, visit, tile)``, the arguments of ``LayerQK.output`` that feed it."""
+        if self.layers and (self.layers[0].pmax.shape[0], self.layers[0].T) != (H, T):
+            raise ValueError(f"every layer of a survey must have the same heads and positions, got {H} heads × {T}")
+        b = block_size(T, self.detail)
+        current = _Layer(H, T, b)
+        self.layers.append(current)
+        done = len(self.layers) - 1
+
+        def visit(w, start):
+            current.add(w, start)
+            if self.progress is not None and self.n_layers:
+                self.progress(min(1.0, (done + (start + w.shape[1]) / T) / self.n_layers))
+
+        return max(b, _weights.TILE_FLOATS // (H * T) // b * b), visit, current.tile  # whole row blocks per tile
+
+    def complete(self, shape: tuple) -> bool:
+        """Whether every layer of weights of ``shape`` (L, H, T, T) has been seen whole."""
+        L, H, Tq, Tk = shape
+        return (len(self.layers) == L and Tq == Tk and all(x.rows == Tq and x.T == Tk for x in self.layers)
+                and self.layers[0].pmax.shape[0] == H)
+
+    def result(self, overview: int = 64) -> Survey:
+        """The Survey, with ``overview`` blocks a side on the overview grid."""
+        if not self.layers or any(x.rows != x.T for x in self.layers):
+            raise ValueError("the survey has not seen every query row of every layer")
+        T, b = self.layers[0].T, self.layers[0].b
+        stack = lambda name: torch.stack([getattr(x, name) for x in self.layers])  # noqa: E731
+        pmax, psum, lmax = stack("pmax"), stack("psum"), stack("lmax")  # (L, H, nb, nb), …, (L, nb, nb)
+        d = np.abs(np.arange(-T, T + 1))  # the offset of each diagonal entry
+        edges = distance_edges(T)
+        bins = np.searchsorted(edges, d, side="right") - 1  # (2T + 1,) distance bin of each offset
+        diagonals = stack("diagonals").numpy()  # (L, H, 2T + 1)
+        distance = np.stack([diagonals[..., bins == k].sum(-1) for k in range(len(edges) - 1)], -1)  # (L, H, bins)
+        starts = np.arange(0, T, b)
+        g = block_size(len(starts), overview)  # detail blocks per overview block
+        counts = torch.as_tensor(np.diff(np.append(starts, T)), dtype=torch.float32)  # (nb,) tokens per block
+        small_counts = _block_reduce(counts, g, 0)[1]
+        small_max = _block_reduce(_block_reduce(pmax, g, 2)[0], g, 3)[0]
+        small_sum = _block_reduce(_block_reduce(psum, g, 2)[1], g, 3)[1]
+        mean = lambda total, n: (total / (n[:, None] * n[None, :])).numpy()  # noqa: E731
+        return Survey(
+            {"detail": starts, "overview": starts[::g]},
+            {"detail": pmax.numpy(), "overview": small_max.numpy()},
+            {"detail": mean(psum, counts), "overview": mean(small_sum, small_counts)},
+            lmax.numpy(), stack("received").numpy(),
+            (distance / np.maximum(distance.sum(2, keepdims=True), 1e-30)).astype(np.float32), edges,
+        )
+
+
+def traced(model, text: str, max_tokens: int | None = None, detail: int = 256,
+           progress: Callable[[float], None] | None = None) -> tuple:
+    """(trace, reducer): ``model``'s trace of ``text`` with a survey of every head read during the same forward
+    (``capture.reducing``); ``reducer.complete`` is False for a model whose forward did not hand its attention
+    over (held eager): survey its weights instead."""
+    from ..capture import reducing
+
+    with reducing(Reducer(detail, getattr(model, "n_layers", None), progress)) as reducer:
+        return model.trace(text, max_tokens=max_tokens), reducer
+
+
 def survey(weights: Weights, overview: int = 64, detail: int = 256,
            progress: Callable[[float], None] | None = None) -> Survey:
     """One pass over every head of a self-attention stack: pooled maps at ``detail`` and ``overview`` blocks a
@@ -101,46 +224,16 @@ def survey(weights: Weights, overview: int = 64, detail: int = 256,
     L, H, Tq, Tk = weights.shape
     if Tq != Tk:
         raise ValueError(f"a survey needs self-attention (as many queries as keys), got {Tq}×{Tk}")
-    b = block_size(Tk, detail)
-    nb = -(-Tk // b)
-    pmax = torch.zeros(L, H, nb, nb)
-    psum = torch.zeros(L, H, nb, nb)
-    lmax = torch.zeros(L, nb, nb)
-    received = torch.zeros(L, H, Tk)
-    edges = distance_edges(Tk)
-    distance = np.zeros((L, H, len(edges) - 1))
-    step = max(b, weights.rows_per_tile(H) // b * b)  # whole row blocks per tile
+    reducer = Reducer(detail, L, progress)
     heads = list(range(H))
     for layer in range(L):
-        for a in range(0, Tq, step):
-            z = min(a + step, Tq)
-            w = torch.from_numpy(weights.tile(layer, heads, a, z))  # (H, rows, Tk)
-            distance[layer] += _distance_shares(w, a, edges)
-            r0, r1 = a // b, -(-z // b)  # the row blocks this tile covers, whole
-            # Row blocks first: a reduction across rows runs along the contiguous keys and leaves b× fewer values
-            # for the key blocks (max_pool2d and avg_pool2d over the tile took about 3× as long, one thread).
-            rmax, rsum = _block_reduce(w, b, 1)  # (H, row blocks, Tk)
-            received[layer] += rsum.sum(1)
-            pmax[layer, :, r0:r1] = _block_reduce(rmax, b, 2, "max")  # (H, row blocks, nb)
-            psum[layer, :, r0:r1] = _block_reduce(rsum, b, 2, "sum")
-            mean = _block_reduce(w.mean(0), b, 0, "max")  # (row blocks, Tk): block max of the heads' mean
-            lmax[layer, r0:r1] = _block_reduce(mean, b, 1, "max")
-            if progress is not None:
-                progress((layer * Tq + z) / (L * Tq))
-    starts = np.arange(0, Tk, b)
-    g = block_size(nb, overview)  # detail blocks per overview block
-    counts = torch.as_tensor(np.diff(np.append(starts, Tk)), dtype=torch.float32)  # (nb,) tokens per block
-    small_counts = _block_reduce(counts, g, 0)[1]
-    small_max = _block_reduce(_block_reduce(pmax, g, 2)[0], g, 3)[0]
-    small_sum = _block_reduce(_block_reduce(psum, g, 2)[1], g, 3)[1]
-    mean = lambda total, n: (total / (n[:, None] * n[None, :])).numpy()  # noqa: E731
-    return Survey(
-        {"detail": starts, "overview": starts[::g]},
-        {"detail": pmax.numpy(), "overview": small_max.numpy()},
-        {"detail": mean(psum, counts), "overview": mean(small_sum, small_counts)},
-        lmax.numpy(), received.numpy(),
-        (distance / np.maximum(distance.sum(2, keepdims=True), 1e-30)).astype(np.float32), edges,
-    )
+        rows, visit, tile = reducer.layer(H, Tk)
+        for a in range(0, Tq, rows):
+            b = min(a + rows, Tq)
+            w = tile(b - a)
+            weights.tile_into(w.numpy(), layer, heads, a, b)  # straight into the reducer's buffer
+            visit(w, a)
+    return reducer.result(overview)
 
 
 def first_token_share(s: Survey) -> np.ndarray:

@@ -67,12 +67,6 @@ def _cached_trace(key: str, text: str, target: str | None, limit: int):
     return get_model(key).trace(text, target, max_tokens=limit)
 
 
-@st.cache_resource(max_entries=2, show_spinner=False)
-def _cached_long_trace(key: str, text: str, target: str | None, limit: int):
-    """A trace past the app's cap (the Long text page): a 16,384-token builtin:seed trace holds ~1.5 GB, so two."""
-    return get_model(key).trace(text, target, max_tokens=limit)
-
-
 _session_lock = threading.Lock()
 def session_models() -> dict:
     """Models that exist for this session only (trained on the Train page): key -> backend."""
@@ -104,19 +98,16 @@ def offered(key: str):
         raise ValueError(share.open_failed(key, e)) from None
 
 
-def get_trace(key: str, text: str, target: str | None = None, limit: int | None = None):
-    """The trace of ``text`` under model ``key``, cached; session models are cached per session.
-
-    ``limit``: a token cap other than the app's (the Long text page's); such traces have their own, smaller cache.
-    """
-    cap = limit or max_tokens()
+def get_trace(key: str, text: str, target: str | None = None):
+    """The trace of ``text`` under model ``key``, cached; session models are cached per session."""
+    cap = max_tokens()
     if key in session_models():
         cache = st.session_state.setdefault("session_traces", {})
         if (key, text, target, cap) not in cache:
             cache.clear()  # one entry: training pages change the model under the same key
             cache[(key, text, target, cap)] = session_models()[key].trace(text, target, max_tokens=cap)
         return cache[(key, text, target, cap)]
-    return (_cached_trace if limit is None else _cached_long_trace)(normalise(key), text, target, cap)
+    return _cached_trace(normalise(key), text, target, cap)
 
 
 def model_options() -> list[str]:
@@ -195,11 +186,11 @@ def use_app_navigation() -> None:
             st.rerun()
 
 
-def frame(title: str, limit: int | None = None, text_from=None) -> Frame:
+def frame(title: str, tracer=None, text_from=None) -> Frame:
     """Render the shared frame and return the model and trace; stops the page with a message on bad input.
 
-    ``limit``: the page's own token cap (see ``get_trace``); ``text_from(text) -> text`` may replace the text
-    box's text (the Long text page's upload) before it is traced.
+    ``tracer(key, text) -> trace`` replaces ``get_trace`` (the Long text page's own cap and survey);
+    ``text_from(text) -> text`` may replace the text box's text (the Long text page's upload) before it is traced.
     """
     use_app_navigation()
     st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
@@ -217,7 +208,7 @@ def frame(title: str, limit: int | None = None, text_from=None) -> Frame:
         text = check_text(text)
         with st.spinner(f"Loading {key} and computing attention…"):
             model = offered(key)
-            trace = get_trace(key, text, limit=limit)
+            trace = (tracer or get_trace)(key, text)
     except ValueError as e:
         st.error(plain(str(e)))
         st.stop()
