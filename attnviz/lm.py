@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .tasks import BOS, SPECIALS, Vocab
+from .train import check_sizes, schedule, update
 
 NAMES = ("anna", "ben", "cleo", "dan", "eva", "finn", "gus", "hana", "ivan", "jo", "kim", "leo", "mia", "nils")
 NOUNS = ("cat", "dog", "bird", "fox", "ball", "box", "tree", "house", "river", "boat", "hat", "cake", "book",
@@ -93,10 +94,7 @@ class LMConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError("steps and batch size must be at least 1")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"the model width {self.d_model} must be divisible by the {self.n_heads} heads")
+        check_sizes(self)
         if self.max_len < 8:
             raise ValueError("the context must hold at least 8 tokens")
 
@@ -138,7 +136,6 @@ def train_lm(config: LMConfig | None = None, on_step: Callable[[LMProgress], Non
     """Train a fresh language model on the generated stories; ``on_step`` every ``log_every`` steps and at
     evaluations. ``threads``: torch CPU threads while training (restored after)."""
     from .backends.lm import TrainedLM, build
-    from .train import schedule, update
 
     c = config or LMConfig()
     before = torch.get_num_threads()

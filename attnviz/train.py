@@ -47,10 +47,16 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.steps < 1 or self.batch_size < 1:
-            raise ValueError("steps and batch size must be at least 1")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"the model width {self.d_model} must be divisible by the {self.n_heads} heads")
+        check_sizes(self)
+
+
+def check_sizes(config) -> None:
+    """What every training configuration needs (TrainConfig, lm.LMConfig): at least one step and one example
+    a batch, and a model width the heads divide."""
+    if config.steps < 1 or config.batch_size < 1:
+        raise ValueError("steps and batch size must be at least 1")
+    if config.d_model % config.n_heads:
+        raise ValueError(f"the model width {config.d_model} must be divisible by the {config.n_heads} heads")
 
 
 class Progress(NamedTuple):
