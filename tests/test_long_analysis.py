@@ -102,6 +102,24 @@ def test_a_survey_is_not_read_from_a_padded_batch_or_outside_the_block():
         reducer.result()
 
 
+def test_a_model_held_eager_hands_nothing_over_and_the_page_surveys_it_after(tiny_model):
+    """A model whose attention attnviz cannot capture runs eager: nothing reaches the reducer, and the Long text
+    page's survey reads the trace's own weights instead."""
+    from attnviz.backends.hf import load_hf
+    from attnviz.ui import long as page
+
+    backend = load_hf(str(tiny_model("gpt2")))
+    backend._use("eager")
+    trace, reducer = long.traced(backend, TEXT, detail=7)
+    assert trace.capture == "eager" and reducer.layers == [] and not reducer.complete(trace.weights.shape)
+    page._LONG["eager test"] = page._Entry(backend, trace, reducer, {})
+    try:
+        got = page.cached_survey(trace.stack(None), 5)
+    finally:
+        page._LONG.pop("eager test")
+    assert_same_survey(got, long.survey(trace.weights, 5, page.DETAIL), rtol=1e-6)
+
+
 def test_columns_windows_and_rows_are_exact(trace, small_tiles):
     A = trace.attentions
     np.testing.assert_allclose(long.column(trace.weights, 2, 3, 17), A[2, 3, :, 17], rtol=1e-6)
