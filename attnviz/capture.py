@@ -78,16 +78,16 @@ class Recorder:
 
     def attention(self, module, layers: list[LayerQK], values=None):
         """Called by each attention function once per forward with each text's LayerQK (a second call, in
-        generation, replaces it) and its values (Hkv, Tk, Dv) when it is one text. Returns the attention output
-        (H, Tq, Dv) when a reducer takes this call's weights (self-attention of one text), else None: the caller
-        runs its own fast path."""
+        generation, replaces it) and the call's values (B, Hkv, Tk, Dv). Returns the attention output (H, Tq, Dv)
+        when a reducer takes this call's weights (self-attention of one text), else None: the caller runs its own
+        fast path."""
         self.calls[module] = layers
-        if self.reducer is None or values is None or len(layers) != 1 or not self._surveyed(module):
+        if self.reducer is None or values is None or not self._surveyed(module):  # no reducer in a padded batch
             return None
         H, Tq, Tk = layers[0].shape
         if Tq != Tk:  # generation's later steps: one query over the cache
             return None
-        return layers[0].output(values, *self.reducer.layer(H, Tk))
+        return layers[0].output(values[0], *self.reducer.layer(H, Tk))
 
     def _surveyed(self, module) -> bool:
         """Whether a reducer reads this module: an encoder–decoder's encoder, else any attention but cross."""

@@ -16,6 +16,7 @@ import torch
 
 from ..tokens import clean
 from .. import weights as _weights
+from ..capture import reducing
 from ..weights import Weights
 
 SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the first token is flagged a sink
@@ -58,20 +59,18 @@ def distance_labels(edges: np.ndarray) -> list[str]:
     return [f"{a}" if b - a == 1 else f"{a:,}–{b - 1:,}" for a, b in zip(edges[:-1], edges[1:])]
 
 
-def _diagonal_sums(w: torch.Tensor, padded: torch.Tensor | None = None) -> torch.Tensor:
+def _diagonal_sums(w: torch.Tensor, padded: torch.Tensor) -> torch.Tensor:
     """(h, rows + Tk): the weight of ``w`` (h, rows, Tk) at each key offset j − i, summed over the rows; entry
     m is offset m − rows (−rows … Tk − 1; the first and impossible offsets are 0).
 
-    The tile is copied into a zero-padded buffer whose rows are one element longer than a row's step, so a
-    strided view of it walks each diagonal down a column: one pass, where a cumulative sum per row was four.
-    ``padded`` (h, rows + 1, rows + Tk), zero outside the tile's place, is that buffer, reused.
+    The tile lies in ``padded`` (h, rows + 1, rows + Tk), zero outside it (copied there unless computed there):
+    its rows are one element longer than a row's step, so a strided view walks each diagonal down a column —
+    one pass, where a cumulative sum per row was four. The spare row lets the last rows' diagonals run into zeros.
     """
     h, rows, Tk = w.shape
     R = rows + Tk
-    if padded is None:
-        padded = w.new_zeros(h, rows + 1, R)  # a spare row: the last rows' diagonals run into zeros, not past the end
     place = padded[:, :rows, rows:]  # row i, key j at column rows + j
-    if place.data_ptr() != w.data_ptr():  # not computed in place already (``_Layer.tile``)
+    if place.data_ptr() != w.data_ptr():
         place.copy_(w)
     sheared = padded.as_strided((h, rows, R), (padded.stride(0), R + 1, 1))  # [i, m] = padded[i, i + m]: offset m − rows
     return sheared.sum(1)  # float32 over at most a tile's rows; the caller accumulates in float64
@@ -104,7 +103,7 @@ class _Layer:
 
     def __init__(self, H: int, T: int, b: int):
         nb = -(-T // b)
-        self.T, self.b = T, b
+        self.H, self.T, self.b = H, T, b
         self.pmax = torch.zeros(H, nb, nb)
         self.psum = torch.zeros(H, nb, nb)
         self.lmax = torch.zeros(nb, nb)
@@ -113,12 +112,16 @@ class _Layer:
         self.rows = 0  # query rows seen so far
         self._padded = None  # _diagonal_sums' buffer, kept while tiles of one size come
 
-    def tile(self, rows: int) -> torch.Tensor:
-        """(H, rows, T): where a tile of ``rows`` query rows can be computed in place for ``add`` (a view into
-        ``_diagonal_sums``' padded buffer, which then needs no copy)."""
+    def _buffer(self, rows: int) -> torch.Tensor:
+        """_diagonal_sums' zero-padded buffer for tiles of ``rows`` rows, (H, rows + 1, rows + T)."""
         if self._padded is None or self._padded.shape[1] != rows + 1:  # the first tile, or a last, shorter one
-            self._padded = torch.zeros(self.pmax.shape[0], rows + 1, rows + self.T)
-        return self._padded[:, :rows, rows:]
+            self._padded = torch.zeros(self.H, rows + 1, rows + self.T)
+        return self._padded
+
+    def tile(self, rows: int) -> torch.Tensor:
+        """(H, rows, T): where a tile of ``rows`` query rows can be computed in place for ``add`` (its place in the
+        padded buffer, which then needs no copy)."""
+        return self._buffer(rows)[:, :rows, rows:]
 
     def add(self, w: torch.Tensor, start: int) -> None:
         """Fold in the weights ``w`` (H, rows, T) of query rows ``start:``; ``start`` begins a row block."""
@@ -137,8 +140,7 @@ class _Layer:
         self.lmax[r0:r1] = _block_reduce(mean, b, 1, "max")
         # Diagonal m of the tile is offset m − rows from its own row, m − rows − start from the query's position.
         lo = T - rows - start  # ≥ 0: the tile's rows end by T
-        self.tile(rows)  # the padded buffer for tiles of this size (w may lie in it already)
-        self.diagonals[:, lo:lo + rows + T] += _diagonal_sums(w, self._padded)
+        self.diagonals[:, lo:lo + rows + T] += _diagonal_sums(w, self._buffer(rows))  # w may lie in it already
         self.rows += rows
         if self.rows == T:
             self._padded = None
@@ -158,7 +160,7 @@ class Reducer:
 
     def layer(self, H: int, T: int) -> tuple[int, Callable, Callable]:
         """Start the next layer: ``(rows, visit, tile)``, the arguments of ``LayerQK.output`` that feed it."""
-        if self.layers and (self.layers[0].pmax.shape[0], self.layers[0].T) != (H, T):
+        if self.layers and (self.layers[0].H, self.layers[0].T) != (H, T):
             raise ValueError(f"every layer of a survey must have the same heads and positions, got {H} heads × {T}")
         b = block_size(T, self.detail)
         current = _Layer(H, T, b)
@@ -175,8 +177,7 @@ class Reducer:
     def complete(self, shape: tuple) -> bool:
         """Whether every layer of weights of ``shape`` (L, H, T, T) has been seen whole."""
         L, H, Tq, Tk = shape
-        return (len(self.layers) == L and Tq == Tk and all(x.rows == Tq and x.T == Tk for x in self.layers)
-                and self.layers[0].pmax.shape[0] == H)
+        return len(self.layers) == L and Tq == Tk and all((x.H, x.T, x.rows) == (H, Tk, Tq) for x in self.layers)
 
     def result(self, overview: int = 64) -> Survey:
         """The Survey, with ``overview`` blocks a side on the overview grid."""
@@ -211,8 +212,6 @@ def traced(model, text: str, max_tokens: int | None = None, detail: int = 256,
     """(trace, reducer): ``model``'s trace of ``text`` with a survey of every head read during the same forward
     (``capture.reducing``); ``reducer.complete`` is False for a model whose forward did not hand its attention
     over (held eager): survey its weights instead."""
-    from ..capture import reducing
-
     with reducing(Reducer(detail, getattr(model, "n_layers", None), progress)) as reducer:
         return model.trace(text, max_tokens=max_tokens), reducer
 

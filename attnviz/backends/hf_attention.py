@@ -49,12 +49,10 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     seen = {} if recorder is None else recorder.seen_masks
     layers = [layer_qk(module, query, key, attention_mask, scaling, is_causal, position_bias, softcap, sliding_window,
                        seen, b, n) for b, n in enumerate(items)]  # one text, or each text of a padded batch
-    out = None
-    if recorder is not None:
-        out = recorder.attention(module, layers, value[0] if len(layers) == 1 else None)  # (H, Tq, Dv) or None
-    layer = layers[0]
+    out = None if recorder is None else recorder.attention(module, layers, value)  # (H, Tq, Dv) or None
     if out is not None:  # a reducer read the weights, tile by tile, and the output came from them
         return out.transpose(0, 1).unsqueeze(0).contiguous(), None  # (1, Tq, H, Dv)
+    layer = layers[0]
     if softcap is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, position_bias=position_bias, **kwargs)

@@ -62,7 +62,7 @@ def attend(module, q, k, v, mask=None, causal: bool = False, dropout: nn.Module 
             if bool(extra.all()) or (causal and bool((extra == causal_mask(tq, tk, q.device)).all())):
                 extra = None  # nothing that causality alone does not explain
         layers.append(LayerQK(q[b, :, :n], k[b, :, :n], scale, causal=causal, mask=extra))
-    out = recorder.attention(module, layers, v[0] if len(layers) == 1 else None)  # (H, Tq, Dv) or None
+    out = recorder.attention(module, layers, v)  # (H, Tq, Dv) or None
     if out is not None:  # computed from the same weights a reducer read: rows that see no key are 0 already
         return out[None], None
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
