@@ -94,6 +94,12 @@ class _Heads:
         H = s.weights.shape[1]
         return s.weights.tile(layer, list(range(H)) if head is None else [head], query, query + 1).mean(0)[0]
 
+    def column(self, layer: int, head: int | None, key: int, stack: str | None = None) -> np.ndarray:
+        """(Tq,) what each query gives key position ``key``."""
+        s = self._checked(stack, layer, head)
+        _check_index("key", key, s.weights.shape[3], self.model)
+        return s.weights.column(layer, head, key)
+
     def received(self, layer: int, head: int | None, stack: str | None = None) -> np.ndarray:
         """(Tk,) the weight each key receives, summed over all queries."""
         return self._checked(stack, layer, head).weights.received(layer, head)

@@ -54,17 +54,38 @@ class LayerQK:
         Rows sum to 1 over the keys a query may see; hidden keys get 0, and a row that sees none is all 0.
         Only the band of keys some row of the tile may see is computed (half the work for a causal model).
         """
+        lo, hi = self._band(start, stop)
+        whole = out is not None and lo == 0 and hi == self.shape[2]  # scores computed in ``out`` and turned to weights there
+        scores = self.scores(heads, start, stop, lo, hi, out if whole else None)  # (h, rows, band)
+        if out is None:
+            out = torch.empty(len(heads), stop - start, self.shape[2])
+        out[..., :lo] = 0
+        out[..., hi:] = 0
+        band = torch.softmax(scores, dim=-1, out=out[..., lo:hi])
+        if self.mask is not None:
+            band.nan_to_num_(0.0)  # a row that sees no key: 0, not NaN
+        return out
+
+    def _band(self, start: int, stop: int) -> tuple[int, int]:
+        """(lo, hi): the keys some query row of ``start:stop`` may see (causal and window limits)."""
+        H, Tq, Tk = self.shape
+        lo = max(0, start + Tk - Tq - self.window + 1) if self.window is not None else 0
+        hi = min(Tk, stop + Tk - Tq) if self.causal else Tk
+        return lo, hi
+
+    def scores(self, heads, start: int, stop: int, lo: int, hi: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """(h, rows, hi − lo) float32: the logits of query rows ``start:stop`` over keys ``lo:hi`` for the heads in
+        ``heads`` (a list), soft-capped, biased and masked (−inf where a key is hidden); written into ``out`` when
+        given. Softmax over every key of a row gives its weights."""
         H, Tq, Tk = self.shape
         heads = torch.as_tensor(heads, dtype=torch.long)
         p = torch.arange(start, stop)[:, None] + (Tk - Tq)  # (rows, 1) the queries' positions among the keys
-        lo = max(0, start + Tk - Tq - self.window + 1) if self.window is not None else 0
-        hi = min(Tk, stop + Tk - Tq) if self.causal else Tk
         j = torch.arange(lo, hi)[None, :]  # (1, band) the keys computed
         every = len(heads) == H and bool((heads == torch.arange(H)).all())  # every head in order: views, no copies
         q = (self.q[:, start:stop] if every else self.q[heads, start:stop]).float() * self.scaling  # (h, rows, Dh)
         k = self.k[:, lo:hi] if every and self.k.shape[0] == H else self.k[heads // (H // self.k.shape[0]), lo:hi]
         k = k.float()  # (h, band, Dh)
-        scores = q @ k.transpose(-2, -1)  # (h, rows, band)
+        scores = torch.matmul(q, k.transpose(-2, -1), out=out)  # (h, rows, band)
         if self.softcap is not None:
             scores = torch.tanh(scores.div_(self.softcap)).mul_(self.softcap)
         if self.bias is not None:
@@ -83,15 +104,19 @@ class LayerQK:
                 scores += m.float()
         if hidden is not None:
             scores.masked_fill_(hidden, float("-inf"))
-        if out is None:
-            out = torch.empty(len(heads), stop - start, Tk)
-        out[..., :lo] = 0
-        out[..., hi:] = 0
-        band = torch.softmax(scores, dim=-1, out=out[..., lo:hi])
-        if self.mask is not None:
-            band.nan_to_num_(0.0)  # a row that sees no key: 0, not NaN
-        return out
+        return scores
 
+    def logsumexp(self, start: int, stop: int) -> torch.Tensor:
+        """(H, rows): log Σ exp over each row's visible keys of the scores of query rows ``start:stop`` (−inf for a
+        row that sees none): a row's weights are exp(scores − this)."""
+        return torch.logsumexp(self.scores(list(range(self.shape[0])), start, stop, *self._band(start, stop)), -1)
+
+    def column(self, heads, key: int, lse: torch.Tensor) -> torch.Tensor:
+        """(h, Tq): the weight every query gives key ``key``, for the heads in ``heads``, from each row's
+        ``logsumexp`` (h, Tq): one key's scores instead of every row's."""
+        Tq = self.shape[1]
+        s = self.scores(heads, 0, Tq, key, key + 1)[..., 0]  # (h, Tq)
+        return torch.exp(s - lse).nan_to_num_(0.0)  # a row that sees no key: −inf − (−inf), 0
     @staticmethod
     def _per_head(t: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
         return t if t.shape[0] == 1 else t[heads]
@@ -185,6 +210,17 @@ class Weights:
             total += self.tile(layer, heads, a, min(a + step, Tq)).mean(0).sum(0, dtype=np.float64)
         return total
 
+    def column(self, layer: int, head: int | None, key: int) -> np.ndarray:
+        """(Tq,): the weight each query gives key ``key`` (its column; the layer's mean when ``head`` is None)."""
+        _, H, Tq, _ = self.shape
+        heads = list(range(H)) if head is None else [head]
+        out = np.empty(Tq, np.float32)
+        step = self.rows_per_tile(len(heads))
+        for a in range(0, Tq, step):
+            b = min(a + step, Tq)
+            out[a:b] = self.tile(layer, heads, a, b)[:, :, key].mean(0)
+        return out
+
     def pooled(self, size: int, reduce: str = "max") -> np.ndarray:
         """(L, H, s_q, s_k): every head pooled to at most size × size blocks of ceil(T / size) positions
         (the last block may be shorter), by block max or mean; tile by tile, whole row blocks per tile."""
@@ -265,6 +301,22 @@ class OnDemandWeights(Weights):
         self.layers = tuple(layers)
         self.shape = (len(layers), *shapes.pop())
         self._dense, self._lock = None, threading.Lock()
+        self._lse: dict[int, torch.Tensor] = {}  # layer -> (H, Tq) each row's logsumexp, once a column asks
+
+    def column(self, layer, head, key):
+        """One key's scores per query against each row's logsumexp, which the layer's first column computes once
+        (one pass over its scores): a token's column costs a pass over the layer once, then next to nothing."""
+        with self._lock:
+            if layer not in self._lse:
+                Tq = self.shape[2]
+                step = self.rows_per_tile(self.shape[1])
+                with torch.inference_mode():
+                    self._lse[layer] = torch.cat([self.layers[layer].logsumexp(a, min(a + step, Tq))
+                                                  for a in range(0, Tq, step)], 1)  # (H, Tq)
+            lse = self._lse[layer]
+        heads = list(range(self.shape[1])) if head is None else [head]
+        with torch.inference_mode():
+            return self.layers[layer].column(heads, key, lse[heads]).mean(0).numpy()
 
     def tile(self, layer, heads, start, stop):
         with torch.inference_mode():
@@ -286,7 +338,8 @@ class OnDemandWeights(Weights):
 
     @property
     def nbytes(self) -> int:
-        return sum(layer.nbytes for layer in self.layers) + (0 if self._dense is None else self._dense.nbytes)
+        held = sum(t.nbytes for t in self._lse.values()) + (0 if self._dense is None else self._dense.nbytes)
+        return sum(layer.nbytes for layer in self.layers) + held
 
     def __reduce__(self):
         return OnDemandWeights, (list(self.layers),)

@@ -40,7 +40,7 @@ def child(n: int) -> dict:
     t.pooled(256)
     out["pooled_256_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    col = long.column(t.weights, 3, 2, n // 2)
+    col = t.weights.column(3, 2, n // 2)
     out["column_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     w = long.window(t.weights, 3, 2, n // 2, n // 2 + 256)

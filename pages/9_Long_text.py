@@ -11,7 +11,7 @@ from attnviz.figures import long as figs
 from attnviz.tokens import clean
 from attnviz.ui.frame import frame, layer_head
 from attnviz.ui.share import plain
-from attnviz.ui.long import DETAIL, cached_column, cached_survey, long_trace, uploaded_text
+from attnviz.ui.long import DETAIL, cached_survey, long_trace, uploaded_text
 
 WINDOW_MAX = 256  # tokens a side of the exact window: 65,536 cells, ~0.35 MB of float32 in the page
 TOP_K = 10
@@ -106,8 +106,8 @@ if word:
     else:
         c2.caption(f"No token reads {plain(word)!s}.")
 focus = int(c1.number_input("Token position", 0, T - 1, key="token", bind="query-params", **initial("token", min(1, T - 1))))
-row = f.trace.row(layer, head, focus, stack.name if stack.name != "self" else None)  # (Tk,)
-col = cached_column(stack, layer, head, focus)  # (Tq,)
+side = stack.name if stack.name != "self" else None
+row, col = f.trace.row(layer, head, focus, side), f.trace.column(layer, head, focus, side)  # (Tk,), (Tq,)
 st.plotly_chart(figs.reach_lines(row, col, focus, clean(tokens[focus]), name), key="long_reach")
 direction = st.radio("Shade the text by", ["what it attends to", "what attends to it"], key="reach_dir",
                      horizontal=True, bind="query-params")

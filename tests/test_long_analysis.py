@@ -122,8 +122,8 @@ def test_a_model_held_eager_hands_nothing_over_and_the_page_surveys_it_after(tin
 
 def test_columns_windows_and_rows_are_exact(trace, small_tiles):
     A = trace.attentions
-    np.testing.assert_allclose(long.column(trace.weights, 2, 3, 17), A[2, 3, :, 17], rtol=1e-6)
-    np.testing.assert_allclose(long.column(trace.weights, 2, None, 17), A[2, :, :, 17].mean(0), rtol=1e-5)
+    np.testing.assert_allclose(trace.column(2, 3, 17), A[2, 3, :, 17], rtol=1e-6)
+    np.testing.assert_allclose(trace.column(2, None, 17), A[2, :, :, 17].mean(0), rtol=1e-5)
     np.testing.assert_allclose(long.window(trace.weights, 4, 1, 30, 95), A[4, 1, 30:95, 30:95], rtol=1e-6)
     np.testing.assert_allclose(long.window(trace.weights, 4, None, 30, 95), A[4, :, 30:95, 30:95].mean(0), rtol=1e-5)
 

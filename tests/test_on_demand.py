@@ -33,6 +33,9 @@ def test_windowed_soft_capped_and_biased_decoders_equal_their_eager_selves(tiny_
     np.testing.assert_allclose(trace.attentions, want, atol=1e-5)
     np.testing.assert_allclose(trace.hidden_states, torch.cat(out.hidden_states).numpy(), atol=1e-5)
     np.testing.assert_allclose(trace.attentions.sum(-1), 1.0, atol=1e-5)
+    for layer, head, key in [(0, 0, 0), (0, 1, T // 2), (1, 3, T - 1)]:  # a key's column: its scores, each row's logsumexp
+        np.testing.assert_allclose(trace.column(layer, head, key), want[layer, head, :, key], atol=1e-6)
+    np.testing.assert_allclose(trace.column(1, None, 3), want[1, :, :, 3].mean(0), atol=1e-6)
     assert not np.triu(trace.attentions, 1).any()  # causal: exact zeros above the diagonal
     if family != "qwen2":
         layers = [0] if family == "gemma2" else [0, 1]  # Gemma 2's second layer attends to everything
@@ -49,6 +52,7 @@ def test_head_row_received_and_pooled_agree_with_the_dense_weights():
         np.testing.assert_allclose(trace.head(layer, head), dense[layer, head], atol=1e-6)
         np.testing.assert_allclose(trace.row(layer, head, 5), dense[layer, head, 5], atol=1e-6)
         np.testing.assert_allclose(trace.received(layer, head), dense[layer, head].sum(0), atol=1e-5)
+        np.testing.assert_allclose(trace.column(layer, head, 5), dense[layer, head, :, 5], atol=1e-6)
     np.testing.assert_allclose(trace.head(2, None), dense[2].mean(0), atol=1e-6)
     np.testing.assert_allclose(trace.row(2, None, 0), dense[2, :, 0].mean(0), atol=1e-6)
     for size in (7, 16, T + 5):
@@ -70,6 +74,8 @@ def test_out_of_range_indices_and_unknown_stacks_are_refused_in_plain_words():
         trace.head(0, -1)
     with pytest.raises(ValueError, match="query 999 is out of range"):
         trace.row(0, 0, 999)
+    with pytest.raises(ValueError, match="key -1 is out of range"):
+        trace.column(0, 0, -1)
     with pytest.raises(ValueError, match="one attention stack, not 'cross'"):
         trace.head(0, 0, "cross")
     with pytest.raises(ValueError, match="reduce must be 'max' or 'mean'"):
@@ -91,6 +97,10 @@ def test_encoder_decoder_stacks_by_name(tiny_backend, family):
     np.testing.assert_allclose(trace.head(1, 2, "cross"), trace.cross_attentions[1, 2], atol=1e-7)
     np.testing.assert_allclose(trace.head(1, 2, "decoder"), trace.decoder.attentions[1, 2], atol=1e-7)
     np.testing.assert_allclose(trace.head(1, 2), trace.encoder.attentions[1, 2], atol=1e-7)  # encoder by default
+    for side in ("encoder", "decoder", "cross"):  # T5's relative bias, a causal decoder, target queries over source keys
+        dense = trace.stack(side).weights.dense()
+        np.testing.assert_allclose(trace.column(1, 2, 3, side), dense[1, 2, :, 3], atol=1e-6)
+        np.testing.assert_allclose(trace.column(0, None, 0, side), dense[0, :, :, 0].mean(0), atol=1e-6)
     assert trace.pooled(4, "cross").shape[2:] == (4, 4)
     with pytest.raises(ValueError, match="stack must be one of encoder, decoder, cross"):
         trace.head(0, 0, "self")

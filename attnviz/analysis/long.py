@@ -59,21 +59,34 @@ def distance_labels(edges: np.ndarray) -> list[str]:
     return [f"{a}" if b - a == 1 else f"{a:,}–{b - 1:,}" for a, b in zip(edges[:-1], edges[1:])]
 
 
-def _diagonal_sums(w: torch.Tensor, padded: torch.Tensor) -> torch.Tensor:
-    """(h, rows + Tk): the weight of ``w`` (h, rows, Tk) at each key offset j − i, summed over the rows; entry
-    m is offset m − rows (−rows … Tk − 1; the first and impossible offsets are 0).
+def _sheared_sums(w: torch.Tensor) -> torch.Tensor:
+    """(h, r + c): the weight of ``w`` (h, r, c) at each offset j − i, summed over the rows; entry m is offset
+    m − r. ``w`` is copied into a zero-padded buffer whose rows are one element longer than a row's step, so a
+    strided view walks each diagonal down a column (for the small corners of ``_diagonal_sums``)."""
+    h, r, c = w.shape
+    padded = w.new_zeros(h, r + 1, r + c)  # the spare row lets the last rows' diagonals run into zeros
+    padded[:, :r, r:] = w
+    return padded.as_strided((h, r, r + c), (padded.stride(0), r + c + 1, 1)).sum(1)  # [i, m] = padded[i, i + m]
 
-    The tile lies in ``padded`` (h, rows + 1, rows + Tk), zero outside it (copied there unless computed there):
-    its rows are one element longer than a row's step, so a strided view walks each diagonal down a column —
-    one pass, where a cumulative sum per row was four. The spare row lets the last rows' diagonals run into zeros.
+
+def _diagonal_sums(w: torch.Tensor) -> torch.Tensor:
+    """(h, rows + Tk): the weight of ``w`` (h, rows, Tk) at each key offset j − i, summed over the rows; entry
+    m is offset m − rows (−rows … Tk − 1; the first is 0).
+
+    Offsets 0 … Tk − rows lie in every row: a strided view of the tile itself (a row step of Tk + 1 elements)
+    walks each of them down a column, one pass and no copy. Each row's few keys outside that band (j < i on the
+    left, j > i + Tk − rows on the right) lie in the tile's rows × rows corners, whose offsets beyond the band's
+    are taken from sums of the corners alone.
     """
     h, rows, Tk = w.shape
-    R = rows + Tk
-    place = padded[:, :rows, rows:]  # row i, key j at column rows + j
-    if place.data_ptr() != w.data_ptr():
-        place.copy_(w)
-    sheared = padded.as_strided((h, rows, R), (padded.stride(0), R + 1, 1))  # [i, m] = padded[i, i + m]: offset m − rows
-    return sheared.sum(1)  # float32 over at most a tile's rows; the caller accumulates in float64
+    w = w.contiguous()  # a no-op for the tiles a forward computes
+    n = Tk - rows + 1  # ≥ 1: a tile's rows are at most its keys
+    out = torch.zeros(h, rows + Tk)
+    out[:, rows:rows + n] = w.as_strided((h, rows, n), (w.stride(0), Tk + 1, 1)).sum(1)  # [i, d] = w[i, i + d]
+    if rows > 1:
+        out[:, :rows] += _sheared_sums(w[:, :, :rows])[:, :rows]  # offsets < 0 (keys j < i)
+        out[:, n + rows:] += _sheared_sums(w[:, :, n:])[:, rows:]  # offsets > Tk − rows (column c is key n + c)
+    return out  # float32 over at most a tile's rows; the caller accumulates in float64
 
 
 class Survey(NamedTuple):
@@ -110,18 +123,14 @@ class _Layer:
         self.received = torch.zeros(H, T)
         self.diagonals = torch.zeros(H, 2 * T + 1, dtype=torch.float64)  # entry T + d: weight at offset d = j − i
         self.rows = 0  # query rows seen so far
-        self._padded = None  # _diagonal_sums' buffer, kept while tiles of one size come
-
-    def _buffer(self, rows: int) -> torch.Tensor:
-        """_diagonal_sums' zero-padded buffer for tiles of ``rows`` rows, (H, rows + 1, rows + T)."""
-        if self._padded is None or self._padded.shape[1] != rows + 1:  # the first tile, or a last, shorter one
-            self._padded = torch.zeros(self.H, rows + 1, rows + self.T)
-        return self._padded
+        self._tile = None  # the buffer tiles are computed into, kept while tiles of one size come
 
     def tile(self, rows: int) -> torch.Tensor:
-        """(H, rows, T): where a tile of ``rows`` query rows can be computed in place for ``add`` (its place in the
-        padded buffer, which then needs no copy)."""
-        return self._buffer(rows)[:, :rows, rows:]
+        """(H, rows, T): a buffer for the next tile of ``rows`` query rows, reused from tile to tile (a fresh 16 MB
+        per tile is fresh memory to touch)."""
+        if self._tile is None or self._tile.shape[1] != rows:  # the first tile, or a last, shorter one
+            self._tile = torch.empty(self.H, rows, self.T)
+        return self._tile
 
     def add(self, w: torch.Tensor, start: int) -> None:
         """Fold in the weights ``w`` (H, rows, T) of query rows ``start:``; ``start`` begins a row block."""
@@ -140,10 +149,10 @@ class _Layer:
         self.lmax[r0:r1] = _block_reduce(mean, b, 1, "max")
         # Diagonal m of the tile is offset m − rows from its own row, m − rows − start from the query's position.
         lo = T - rows - start  # ≥ 0: the tile's rows end by T
-        self.diagonals[:, lo:lo + rows + T] += _diagonal_sums(w, self._buffer(rows))  # w may lie in it already
+        self.diagonals[:, lo:lo + rows + T] += _diagonal_sums(w)
         self.rows += rows
         if self.rows == T:
-            self._padded = None
+            self._tile = None
 
 
 class Reducer:
@@ -261,18 +270,6 @@ def sinks(s: Survey, threshold: float = SINK_SHARE) -> list[tuple[int, int, floa
 
 def _heads(weights: Weights, head: int | None) -> list[int]:
     return list(range(weights.shape[1])) if head is None else [head]
-
-
-def column(weights: Weights, layer: int, head: int | None, key: int) -> np.ndarray:
-    """(Tq,): how much each query gives key ``key`` (its column; the layer's mean when ``head`` is None)."""
-    heads = _heads(weights, head)
-    Tq = weights.shape[2]
-    out = np.empty(Tq, np.float32)
-    step = weights.rows_per_tile(len(heads))
-    for a in range(0, Tq, step):
-        b = min(a + step, Tq)
-        out[a:b] = weights.tile(layer, heads, a, b)[:, :, key].mean(0)
-    return out
 
 
 def window(weights: Weights, layer: int, head: int | None, start: int, stop: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The Long text page's Streamlit pieces: the upload, the long trace with its survey and a progress bar, cached columns."""
+"""The Long text page's Streamlit pieces: the upload, the long trace with its survey and a progress bar."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import streamlit as st
 
-from attnviz.analysis.long import Reducer, Survey, column, survey, traced
+from attnviz.analysis.long import Reducer, Survey, survey, traced
 from attnviz.backends import normalise
 from attnviz.backends.common import MAX_CHARS
 from attnviz.ui.frame import resolve
@@ -115,13 +115,3 @@ def cached_survey(stack, overview: int) -> Survey:
             bar.done()
     return entry.surveys[overview]
 
-
-def cached_column(stack, layer: int, head: int | None, key: int):
-    """``column`` of the stack's weights, remembered for this session's last few (layer, head, key)."""
-    kept = st.session_state.setdefault("long_columns", {})
-    k = (stack.queries.model, stack.queries.text, stack.queries.n_tokens, layer, head, key)
-    if k not in kept:
-        if len(kept) >= 8:
-            kept.pop(next(iter(kept)))
-        kept[k] = column(stack.weights, layer, head, key)
-    return kept[k]
