@@ -106,17 +106,22 @@ class LayerQK:
             scores.masked_fill_(hidden, float("-inf"))
         return scores
 
-    def logsumexp(self, start: int, stop: int) -> torch.Tensor:
-        """(H, rows): log Σ exp over each row's visible keys of the scores of query rows ``start:stop`` (−inf for a
-        row that sees none): a row's weights are exp(scores − this)."""
-        return torch.logsumexp(self.scores(list(range(self.shape[0])), start, stop, *self._band(start, stop)), -1)
+    def normaliser(self, start: int, stop: int) -> torch.Tensor:
+        """(2, H, rows): each row's largest score m and log Σ exp(scores − m) over its visible keys, for query rows
+        ``start:stop``: a row's weights are exp((scores − m) − that). Kept apart, not summed to a logsumexp, so a
+        weight near 1 keeps float32's precision (scores − m is exact near the top; the log is at most log Tk)."""
+        s = self.scores(list(range(self.shape[0])), start, stop, *self._band(start, stop))  # (H, rows, band), ours
+        m = s.amax(-1, keepdim=True)  # (H, rows, 1)
+        m.masked_fill_(~torch.isfinite(m), 0.0)  # a row that sees no key: log 0 = −inf below, not NaN
+        return torch.stack([m[..., 0], s.sub_(m).exp_().sum(-1).log_()])  # in place: half of torch.logsumexp's time
 
-    def column(self, heads, key: int, lse: torch.Tensor) -> torch.Tensor:
-        """(h, Tq): the weight every query gives key ``key``, for the heads in ``heads``, from each row's
-        ``logsumexp`` (h, Tq): one key's scores instead of every row's."""
+    def column(self, heads, key: int, norm: torch.Tensor) -> torch.Tensor:
+        """(h, Tq): the weight every query gives key ``key``, for the heads in ``heads``, from ``normaliser`` rows
+        ``norm`` (2, h, Tq): one key's scores instead of every row's."""
         Tq = self.shape[1]
         s = self.scores(heads, 0, Tq, key, key + 1)[..., 0]  # (h, Tq)
-        return torch.exp(s - lse).nan_to_num_(0.0)  # a row that sees no key: −inf − (−inf), 0
+        return torch.exp((s - norm[0]) - norm[1]).nan_to_num_(0.0)  # a row that sees no key: −inf − (−inf), 0
+
     @staticmethod
     def _per_head(t: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
         return t if t.shape[0] == 1 else t[heads]
@@ -301,22 +306,22 @@ class OnDemandWeights(Weights):
         self.layers = tuple(layers)
         self.shape = (len(layers), *shapes.pop())
         self._dense, self._lock = None, threading.Lock()
-        self._lse: dict[int, torch.Tensor] = {}  # layer -> (H, Tq) each row's logsumexp, once a column asks
+        self._norms: dict[int, torch.Tensor] = {}  # layer -> (2, H, Tq) each row's normaliser, once a column asks
 
     def column(self, layer, head, key):
-        """One key's scores per query against each row's logsumexp, which the layer's first column computes once
+        """One key's scores per query against each row's normaliser, which the layer's first column computes once
         (one pass over its scores): a token's column costs a pass over the layer once, then next to nothing."""
         with self._lock:
-            if layer not in self._lse:
+            if layer not in self._norms:
                 Tq = self.shape[2]
                 step = self.rows_per_tile(self.shape[1])
                 with torch.inference_mode():
-                    self._lse[layer] = torch.cat([self.layers[layer].logsumexp(a, min(a + step, Tq))
-                                                  for a in range(0, Tq, step)], 1)  # (H, Tq)
-            lse = self._lse[layer]
+                    self._norms[layer] = torch.cat([self.layers[layer].normaliser(a, min(a + step, Tq))
+                                                    for a in range(0, Tq, step)], 2)  # (2, H, Tq)
+            norm = self._norms[layer]
         heads = list(range(self.shape[1])) if head is None else [head]
         with torch.inference_mode():
-            return self.layers[layer].column(heads, key, lse[heads]).mean(0).numpy()
+            return self.layers[layer].column(heads, key, norm[:, heads]).mean(0).numpy()
 
     def tile(self, layer, heads, start, stop):
         with torch.inference_mode():
@@ -338,7 +343,7 @@ class OnDemandWeights(Weights):
 
     @property
     def nbytes(self) -> int:
-        held = sum(t.nbytes for t in self._lse.values()) + (0 if self._dense is None else self._dense.nbytes)
+        held = sum(t.nbytes for t in self._norms.values()) + (0 if self._dense is None else self._dense.nbytes)
         return sum(layer.nbytes for layer in self.layers) + held
 
     def __reduce__(self):

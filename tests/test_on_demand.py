@@ -33,7 +33,7 @@ def test_windowed_soft_capped_and_biased_decoders_equal_their_eager_selves(tiny_
     np.testing.assert_allclose(trace.attentions, want, atol=1e-5)
     np.testing.assert_allclose(trace.hidden_states, torch.cat(out.hidden_states).numpy(), atol=1e-5)
     np.testing.assert_allclose(trace.attentions.sum(-1), 1.0, atol=1e-5)
-    for layer, head, key in [(0, 0, 0), (0, 1, T // 2), (1, 3, T - 1)]:  # a key's column: its scores, each row's logsumexp
+    for layer, head, key in [(0, 0, 0), (0, 1, T // 2), (1, 3, T - 1)]:  # a key's column: its scores, each row's normaliser
         np.testing.assert_allclose(trace.column(layer, head, key), want[layer, head, :, key], atol=1e-6)
     np.testing.assert_allclose(trace.column(1, None, 3), want[1, :, :, 3].mean(0), atol=1e-6)
     assert not np.triu(trace.attentions, 1).any()  # causal: exact zeros above the diagonal
@@ -192,3 +192,31 @@ def test_builtin_models_record_what_their_own_weights_say(key):
         for layer in range(want.shape[0]):
             for head in range(want.shape[1]):
                 np.testing.assert_allclose(trace.head(layer, head, stack), want[layer, head], atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["plain", "causal window", "softcap bias", "mask"])
+def test_a_keys_column_from_each_rows_normaliser_equals_the_weights(kind):
+    """LayerQK.column: one key's scores against each row's normaliser equal that key's column of the softmaxed
+    weights, with grouped-query keys, a causal window, soft-capping with a relative bias, and a mask that hides
+    one query row's every key (its column entries are 0, not NaN)."""
+    from attnviz.weights import LayerQK
+
+    g = torch.Generator().manual_seed(0)
+    H, Tq, Tk, Dh = 4, 9, 12, 8
+    q, k = torch.randn(H, Tq, Dh, generator=g) * 2, torch.randn(2, Tk, Dh, generator=g) * 2
+    extra = {
+        "plain": {},
+        "causal window": dict(causal=True, window=4),
+        "softcap bias": dict(softcap=5.0, bias=torch.randn(H, Tq + Tk - 1, generator=g)),
+        "mask": dict(mask=torch.rand(1, Tq, Tk, generator=g) > 0.3),
+    }[kind]
+    if kind == "mask":
+        extra["mask"][0, 4] = False  # row 4 sees no key
+    layer = LayerQK(q, k, Dh ** -0.5, **extra)
+    want = layer.weights(list(range(H)), 0, Tq)  # (H, Tq, Tk)
+    norm = layer.normaliser(0, Tq)  # (2, H, Tq)
+    for key in range(Tk):
+        got = layer.column([3, 0], key, norm[:, [3, 0]])
+        np.testing.assert_allclose(got, want[[3, 0], :, key], rtol=1e-6, atol=1e-7, err_msg=f"key {key}")
+    if kind == "mask":
+        assert not want[:, 4].any() and torch.isneginf(norm[1, :, 4]).all()
