@@ -5,12 +5,14 @@
   from file, as bench/browser.py does; bertviz "cannot" where its HTML is too big to open: 869 MB at 512).
 - 4,096 and 16,384 tokens of ``builtin:seed`` on the Long text page, a fresh server per length: submit → overview
   and detail (block map and exact window) drawn; the bare forward at the same length, timed in this process
-  right after; the bytes the server sent over the websocket for the submit; a zoom to a 256-token window
-  (typing its first token into "Window from token") timed to the window drawn; and the server's peak RSS
-  (VmHWM) beside what HF eager with attentions would need (L·H·T²·4 bytes plus the model's weights).
+  before the server starts and after it stops (the median of both); the bytes the server sent over the websocket
+  for the submit; a zoom to a 256-token window (typing its first token into "Window from token") timed to the
+  window drawn; and the server's peak RSS (VmHWM) beside what HF eager with attentions would need (L·H·T²·4
+  bytes plus the model's weights).
 
 Run: ``python bench/long_browser.py``. Writes bench/out/long_browser.json. Needs Debian's chromium and npm (see
-bench/browser.py). BENCH_QUICK=1 runs each small length once; BENCH_LONG=4096 limits the long lengths.
+bench/browser.py). BENCH_QUICK=1 runs each small length once; BENCH_LONG=4096 limits the long lengths;
+BENCH_ROUNDS=3 runs each long length three times (medians, and each run, in the JSON).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from common import LENGTHS, MB, OUT, builtin_bare, conditions, mb, ms, quick, sa
 from payload import HTML_PAGE
 
 LONG = tuple(int(n) for n in os.environ.get("BENCH_LONG", "4096,16384").split(",") if n.strip())
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1"))  # fresh servers per long length: the medians are reported
 BERTVIZ_OPENS = (20, 128)  # bertviz's HTML at 512 tokens is 869 MB in either view: no browser opens it
 LONG_TIMEOUT_MS = 1_800_000
 WINDOW = 256
@@ -197,7 +200,9 @@ def hwm(pid: int) -> dict:
 
 
 def long_one(browser, tok, n: int) -> dict:
-    """One length on a fresh server: submit → drawn, bytes, zoom, peak RSS; then the bare forward here."""
+    """One length on a fresh server: submit → drawn, bytes, zoom, peak RSS; the bare forward here before the server
+    starts and after it stops (this VM's speed drifts by a third within minutes: the median of both is the goal's)."""
+    bare = bare_forward(tok, n)
     proc, url = start_server(SERVER_ENV)
     try:
         listened = []
@@ -239,7 +244,9 @@ def long_one(browser, tok, n: int) -> dict:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    out |= bare_forward(tok, n)
+    after = bare_forward(tok, n)
+    out |= after | {"forward_s": statistics.median(bare["walls"] + after["walls"]),
+                    "forward_before_s": bare["forward_s"], "forward_after_s": after["forward_s"]}
     print(f"  {n}: overview {out['overview_s']:.1f} s, detail {out['detail_s']:.1f} s, forward "
           f"{out['forward_s']:.1f} s, zoom {out['zoom_s']:.2f} s, page {mb(out['page_bytes'])} MB, "
           f"peak RSS {mb(out['peak_rss'])} MB", file=sys.stderr)
@@ -267,8 +274,14 @@ def bare_forward(tok, n: int) -> dict:
     weights = sum(p.numel() * p.element_size() for p in model.net.parameters())
     del model, run
     gc.collect()
-    return {"tokens": int(ids.shape[1]), "forward_s": statistics.median(wall), "forward_cpu_s": statistics.median(cpu),
+    return {"tokens": int(ids.shape[1]), "forward_s": statistics.median(wall), "walls": wall,
+            "forward_cpu_s": statistics.median(cpu),
             "layers": L, "heads": H, "model_bytes": weights, "eager_bytes": L * H * n * n * 4 + weights}
+
+
+def medians(runs: list[dict]) -> dict:
+    """Each number's median over ``runs`` (the first run's value for anything else)."""
+    return {k: statistics.median(r[k] for r in runs) if isinstance(v, (int, float)) else v for k, v in runs[0].items()}
 
 
 def shape(model) -> tuple[int, int]:
@@ -296,7 +309,8 @@ def run() -> dict:
                 result["conditions_small_done"] = conditions()
             result["long"] = {}
             for n in LONG:
-                result["long"][n] = long_one(browser, tok, n) | {"load_avg_1m": round(os.getloadavg()[0], 2)}
+                runs = [long_one(browser, tok, n) | {"load_avg_1m": round(os.getloadavg()[0], 2)} for _ in range(ROUNDS)]
+                result["long"][n] = medians(runs) | ({"runs": runs} if len(runs) > 1 else {})
                 save("long_browser", result)
         finally:
             browser.close()
