@@ -156,19 +156,23 @@ def frozen(a, dtype=None) -> np.ndarray:
     return a
 
 
-def _pool_last(w: torch.Tensor, block: int, how: str) -> torch.Tensor:
-    """Max or mean over consecutive blocks of ``block`` entries along the last dimension (the last one may be
-    shorter): (..., n) -> (..., ceil(n / block))."""
-    n = w.shape[-1]
-    pad = -n % block
-    if pad:
-        w = torch.nn.functional.pad(w, (0, pad), value=float("-inf") if how == "max" else 0.0)
-    w = w.unflatten(-1, (-1, block))  # (..., blocks, block)
-    if how == "max":
-        return w.amax(-1)
-    sizes = torch.full((w.shape[-2],), float(block))
-    sizes[-1] = block - pad
-    return w.sum(-1) / sizes
+def block_reduce(x: torch.Tensor, b: int, dim: int, how: str | None = None):
+    """Max and sum of ``x`` over consecutive blocks of ``b`` along ``dim`` (the last block may be shorter); only
+    the max or only the sum when ``how`` is "max" or "sum"."""
+    dim = dim % x.ndim
+    n = x.shape[dim]
+    full = n // b
+    ops = [op for name, op in (("max", torch.amax), ("sum", torch.sum)) if how in (None, name)]
+    parts = []
+    if full:
+        main = x.narrow(dim, 0, full * b)
+        main = main.unflatten(dim, (full, b))  # a view: (…, full, b, …)
+        parts.append([op(main, dim + 1) for op in ops])
+    if n > full * b:
+        rest = x.narrow(dim, full * b, n - full * b)
+        parts.append([op(rest, dim, keepdim=True) for op in ops])
+    out = parts[0] if len(parts) == 1 else [torch.cat(p, dim) for p in zip(*parts)]
+    return out[0] if how is not None else tuple(out)
 
 
 class Weights:
@@ -237,13 +241,16 @@ class Weights:
         bq, bk = -(-Tq // size), -(-Tk // size)  # block sizes
         out = torch.empty(L, H, -(-Tq // bq), -(-Tk // bk))
         step = max(bq, self.rows_per_tile(H) // bq * bq)
+        how = "max" if reduce == "max" else "sum"
         with torch.inference_mode():
             for layer in range(L):
                 for a in range(0, Tq, step):
                     w = self._tensor(layer, list(range(H)), a, min(a + step, Tq))  # (H, rows, Tk)
-                    w = _pool_last(w, bk, reduce)  # (H, rows, s_k)
-                    w = _pool_last(w.transpose(1, 2), bq, reduce).transpose(1, 2)  # (H, rows / bq, s_k)
+                    w = block_reduce(block_reduce(w, bq, 1, how), bk, 2, how)  # (H, rows / bq, s_k), rows first
                     out[layer, :, a // bq: a // bq + w.shape[1]] = w
+            if reduce == "mean":
+                count = lambda n, b: block_reduce(torch.ones(n), b, 0, "sum")  # noqa: E731  (tokens per block)
+                out /= count(Tq, bq)[:, None] * count(Tk, bk)[None, :]
         return out.numpy()
 
     def _tensor(self, layer: int, heads: list, start: int, stop: int) -> torch.Tensor:

@@ -17,7 +17,7 @@ import torch
 from ..tokens import clean
 from .. import weights as _weights
 from ..capture import reducing
-from ..weights import Weights
+from ..weights import Weights, block_reduce
 
 SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the first token is flagged a sink
 
@@ -25,25 +25,6 @@ SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the fi
 def block_size(n: int, blocks: int) -> int:
     """Tokens per block when ``n`` positions are cut into at most ``blocks`` equal blocks (the last may be shorter)."""
     return max(1, -(-n // blocks))
-
-
-def _block_reduce(x: torch.Tensor, b: int, dim: int, how: str | None = None):
-    """Max and sum of ``x`` over consecutive blocks of ``b`` along ``dim`` (the last block may be shorter); only
-    the max or only the sum when ``how`` is "max" or "sum"."""
-    dim = dim % x.ndim
-    n = x.shape[dim]
-    full = n // b
-    ops = [op for name, op in (("max", torch.amax), ("sum", torch.sum)) if how in (None, name)]
-    parts = []
-    if full:
-        main = x.narrow(dim, 0, full * b)
-        main = main.unflatten(dim, (full, b))  # a view: (…, full, b, …)
-        parts.append([op(main, dim + 1) for op in ops])
-    if n > full * b:
-        rest = x.narrow(dim, full * b, n - full * b)
-        parts.append([op(rest, dim, keepdim=True) for op in ops])
-    out = parts[0] if len(parts) == 1 else [torch.cat(p, dim) for p in zip(*parts)]
-    return out[0] if how is not None else tuple(out)
 
 
 def distance_edges(n: int) -> np.ndarray:
@@ -141,12 +122,12 @@ class _Layer:
         r0, r1 = start // b, -(-(start + rows) // b)  # the row blocks this tile covers, whole
         # Row blocks first: a reduction across rows runs along the contiguous keys and leaves b× fewer values
         # for the key blocks (max_pool2d and avg_pool2d over the tile took about 3× as long, one thread).
-        rmax, rsum = _block_reduce(w, b, 1)  # (H, row blocks, T)
+        rmax, rsum = block_reduce(w, b, 1)  # (H, row blocks, T)
         self.received += rsum.sum(1)
-        self.pmax[:, r0:r1] = _block_reduce(rmax, b, 2, "max")  # (H, row blocks, nb)
-        self.psum[:, r0:r1] = _block_reduce(rsum, b, 2, "sum")
-        mean = _block_reduce(w.mean(0), b, 0, "max")  # (row blocks, T): block max of the heads' mean
-        self.lmax[r0:r1] = _block_reduce(mean, b, 1, "max")
+        self.pmax[:, r0:r1] = block_reduce(rmax, b, 2, "max")  # (H, row blocks, nb)
+        self.psum[:, r0:r1] = block_reduce(rsum, b, 2, "sum")
+        mean = block_reduce(w.mean(0), b, 0, "max")  # (row blocks, T): block max of the heads' mean
+        self.lmax[r0:r1] = block_reduce(mean, b, 1, "max")
         # Diagonal m of the tile is offset m − rows from its own row, m − rows − start from the query's position.
         lo = T - rows - start  # ≥ 0: the tile's rows end by T
         self.diagonals[:, lo:lo + rows + T] += _diagonal_sums(w)
@@ -203,9 +184,9 @@ class Reducer:
         starts = np.arange(0, T, b)
         g = block_size(len(starts), overview)  # detail blocks per overview block
         counts = torch.as_tensor(np.diff(np.append(starts, T)), dtype=torch.float32)  # (nb,) tokens per block
-        small_counts = _block_reduce(counts, g, 0)[1]
-        small_max = _block_reduce(_block_reduce(pmax, g, 2)[0], g, 3)[0]
-        small_sum = _block_reduce(_block_reduce(psum, g, 2)[1], g, 3)[1]
+        small_counts = block_reduce(counts, g, 0)[1]
+        small_max = block_reduce(block_reduce(pmax, g, 2)[0], g, 3)[0]
+        small_sum = block_reduce(block_reduce(psum, g, 2)[1], g, 3)[1]
         mean = lambda total, n: (total / (n[:, None] * n[None, :])).numpy()  # noqa: E731
         return Survey(
             {"detail": starts, "overview": starts[::g]},
