@@ -55,7 +55,7 @@ class LayerQK:
         Only the band of keys some row of the tile may see is computed (half the work for a causal model).
         """
         lo, hi = self._band(start, stop)
-        whole = out is not None and lo == 0 and hi == self.shape[2]  # scores computed in ``out`` and turned to weights there
+        whole = out is not None and lo == 0 and hi == self.shape[2]  # scores made in ``out``, softmaxed in place
         scores = self.scores(heads, start, stop, lo, hi, out if whole else None)  # (h, rows, band)
         if out is None:
             out = torch.empty(len(heads), stop - start, self.shape[2])

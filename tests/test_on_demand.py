@@ -33,7 +33,7 @@ def test_windowed_soft_capped_and_biased_decoders_equal_their_eager_selves(tiny_
     np.testing.assert_allclose(trace.attentions, want, atol=1e-5)
     np.testing.assert_allclose(trace.hidden_states, torch.cat(out.hidden_states).numpy(), atol=1e-5)
     np.testing.assert_allclose(trace.attentions.sum(-1), 1.0, atol=1e-5)
-    for layer, head, key in [(0, 0, 0), (0, 1, T // 2), (1, 3, T - 1)]:  # a key's column: its scores, each row's normaliser
+    for layer, head, key in [(0, 0, 0), (0, 1, T // 2), (1, 3, T - 1)]:  # a key's column, from row normalisers
         np.testing.assert_allclose(trace.column(layer, head, key), want[layer, head, :, key], atol=1e-6)
     np.testing.assert_allclose(trace.column(1, None, 3), want[1, :, :, 3].mean(0), atol=1e-6)
     assert not np.triu(trace.attentions, 1).any()  # causal: exact zeros above the diagonal

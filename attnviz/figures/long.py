@@ -108,7 +108,7 @@ def blocks_heatmap(pooled: np.ndarray, starts: np.ndarray, block: int, n_tokens:
         title=f"{title} · {REDUCES[reduce]} of {block:,}-token blocks "
               f"· colours up to the {QUANTILE}th percentile · drag a box to zoom",
         dragmode="select",
-        xaxis=dict(title="key position", side="top", range=[0, n_tokens], ticklabeloverflow="allow"),  # see window_heatmap
+        xaxis=dict(title="key position", side="top", range=[0, n_tokens], ticklabeloverflow="allow"),  # see below
         yaxis=dict(title="query position", autorange="reversed", ticklabeloverflow="allow"),
         margin=dict(l=10, r=10, t=90, b=10), height=560,
     )
