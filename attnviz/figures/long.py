@@ -17,7 +17,8 @@ from .common import PROB_SCALE, safe
 
 OVERVIEW_PIXELS = 100_000  # the mosaic's pixel budget: ≲ 0.35 MB of PNG (noise-like maps) for any number of heads
 QUANTILE = 99.5  # colour ranges run up to this percentile of what is drawn, written on the figure
-WINDOW_TICKS = 64  # a window labels at most this many tokens on each axis
+WINDOW_TICKS = 64  # a window labels at most this many tokens down its query axis (12 px a row)…
+WINDOW_KEY_TICKS = 24  # …and this many along its key axis, whose slanted labels need ~15 px each across a column
 SHADED = 400  # the most tokens the reach text shades
 REDUCES = {"max": "block max", "mean": "block mean"}
 
@@ -105,12 +106,13 @@ def blocks_heatmap(pooled: np.ndarray, starts: np.ndarray, block: int, n_tokens:
         a, b = window
         fig.add_shape(type="rect", x0=a, x1=b, y0=a, y1=b, line=dict(color="#d62728", width=2))
     fig.update_layout(
-        title=f"{title} · {REDUCES[reduce]} of {block:,}-token blocks "
-              f"· colours up to the {QUANTILE}th percentile · drag a box to zoom",
+        title=dict(text=f"{title} · {REDUCES[reduce]} of {block:,}-token blocks",  # one line overflowed a column
+                   subtitle=dict(text=f"key positions across · colours up to the {QUANTILE}th percentile · "
+                                      "drag a box to zoom")),  # names the key axis: its own title overlapped this
         dragmode="select",
-        xaxis=dict(title="key position", side="top", range=[0, n_tokens], ticklabeloverflow="allow"),  # see below
+        xaxis=dict(side="top", range=[0, n_tokens], ticklabeloverflow="allow"),  # see below
         yaxis=dict(title="query position", autorange="reversed", ticklabeloverflow="allow"),
-        margin=dict(l=10, r=10, t=90, b=10), height=560,
+        margin=dict(l=10, r=10, t=110, b=10), height=580,  # the title and subtitle above the key axis's labels
     )
     return fig
 
@@ -119,9 +121,13 @@ def window_heatmap(w: np.ndarray, start: int, tokens, title: str) -> go.Figure:
     """Exact weights of a window (n, n) of queries and keys ``start … start+n−1``, token labels as tick text."""
     n = w.shape[0]
     pos = np.arange(start, start + n)
-    every = max(1, -(-n // WINDOW_TICKS))
-    ticks = pos[::every]
-    text = safe(f"{clean(tokens[i])} ·{i}" for i in ticks)
+
+    def ticks(most: int):
+        """(positions, labels): every k-th token of the window, so that at most ``most`` are labelled."""
+        at = pos[::max(1, -(-n // most))]
+        return at, safe(f"{clean(tokens[i])} ·{i}" for i in at)
+
+    (yticks, ytext), (xticks, xtext) = ticks(WINDOW_TICKS), ticks(WINDOW_KEY_TICKS)
     top = colour_top(w)
     fig = go.Figure(go.Heatmap(
         z=np.asarray(w, np.float32), x=pos, y=pos, zmin=0, zmax=top, colorscale=PROB_SCALE, colorbar=_colour_bar(top),
@@ -131,8 +137,8 @@ def window_heatmap(w: np.ndarray, start: int, tokens, title: str) -> go.Figure:
         title=f"{title} · tokens {start:,}–{start + n - 1:,}, exact weights",
         # ticklabeloverflow "allow": plotly's default on a numeric axis measures every label's box on each draw to
         # hide those past the figure's edge (0.44 s of a zoom's 1 s in Chromium); the margins already fit them.
-        xaxis=dict(title="key", side="top", tickvals=ticks, ticktext=text, tickangle=-60, ticklabeloverflow="allow"),
-        yaxis=dict(title="query", tickvals=ticks, ticktext=text, autorange="reversed", ticklabeloverflow="allow"),
+        xaxis=dict(title="key", side="top", tickvals=xticks, ticktext=xtext, tickangle=-60, ticklabeloverflow="allow"),
+        yaxis=dict(title="query", tickvals=yticks, ticktext=ytext, autorange="reversed", ticklabeloverflow="allow"),
         margin=dict(l=10, r=10, t=110, b=10), height=min(900, 320 + 12 * min(n, WINDOW_TICKS)),
     )
     return fig
