@@ -129,17 +129,21 @@ def window_heatmap(w: np.ndarray, start: int, tokens, title: str) -> go.Figure:
 
     (yticks, ytext), (xticks, xtext) = ticks(WINDOW_TICKS), ticks(WINDOW_KEY_TICKS)
     top = colour_top(w)
+    height = min(940, 360 + 12 * min(n, WINDOW_TICKS))
     fig = go.Figure(go.Heatmap(
         z=np.asarray(w, np.float32), x=pos, y=pos, zmin=0, zmax=top, colorscale=PROB_SCALE, colorbar=_colour_bar(top),
         hovertemplate="query %{y} · key %{x}<br>weight %{z:.5f}<extra></extra>",
     ))
     fig.update_layout(
-        title=f"{title} · tokens {start:,}–{start + n - 1:,}, exact weights",
+        # The title sits 65 px down (Streamlit's chart toolbar hides the top strip) and names the key axis itself:
+        # the slanted key labels take the rest of the top margin, where an axis title and the title overlapped them.
+        title=dict(text=f"{title} · tokens {start:,}–{start + n - 1:,}, exact weights",
+                   subtitle=dict(text="keys across the top, queries down the side"), y=1 - 65 / height, yanchor="top"),
         # ticklabeloverflow "allow": plotly's default on a numeric axis measures every label's box on each draw to
         # hide those past the figure's edge (0.44 s of a zoom's 1 s in Chromium); the margins already fit them.
-        xaxis=dict(title="key", side="top", tickvals=xticks, ticktext=xtext, tickangle=-60, ticklabeloverflow="allow"),
+        xaxis=dict(side="top", tickvals=xticks, ticktext=xtext, tickangle=-60, ticklabeloverflow="allow"),
         yaxis=dict(title="query", tickvals=yticks, ticktext=ytext, autorange="reversed", ticklabeloverflow="allow"),
-        margin=dict(l=10, r=10, t=110, b=10), height=min(900, 320 + 12 * min(n, WINDOW_TICKS)),
+        margin=dict(l=10, r=10, t=250, b=10), height=height,
     )
     return fig
 
