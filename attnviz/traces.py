@@ -91,8 +91,7 @@ class _Heads:
         """(Tk,) what query position ``query`` attends to."""
         s = self._checked(stack, layer, head)
         _check_index("query", query, s.weights.shape[2], self.model)
-        H = s.weights.shape[1]
-        return s.weights.tile(layer, list(range(H)) if head is None else [head], query, query + 1).mean(0)[0]
+        return s.weights.tile(layer, s.weights.heads(head), query, query + 1).mean(0)[0]
 
     def column(self, layer: int, head: int | None, key: int, stack: str | None = None) -> np.ndarray:
         """(Tq,) what each query gives key position ``key``."""

@@ -175,6 +175,11 @@ def block_reduce(x: torch.Tensor, b: int, dim: int, how: str | None = None):
     return out[0] if how is not None else tuple(out)
 
 
+def block_counts(n: int, b: int) -> torch.Tensor:
+    """(ceil(n / b),) float32: the positions in each block of ``block_reduce`` (the last may hold fewer)."""
+    return block_reduce(torch.ones(n), b, 0, "sum")
+
+
 class Weights:
     """One stack's attention weights, (L, H, Tq, Tk) float32: ``tile`` gives any rows of any heads exactly."""
 
@@ -195,10 +200,14 @@ class Weights:
     def rows_per_tile(self, n_heads: int = 1) -> int:
         return max(1, TILE_FLOATS // (n_heads * self.shape[3]))
 
+    def heads(self, head: int | None) -> list[int]:
+        """The heads a view of ``head`` reads: that one, or every head of the layer (their mean) when None."""
+        return list(range(self.shape[1])) if head is None else [head]
+
     def head(self, layer: int, head: int | None) -> np.ndarray:
         """(Tq, Tk): one head, or the mean of the layer's heads when ``head`` is None."""
-        _, H, Tq, Tk = self.shape
-        heads = list(range(H)) if head is None else [head]
+        _, _, Tq, Tk = self.shape
+        heads = self.heads(head)
         out = np.empty((Tq, Tk), np.float32)
         step = self.rows_per_tile(len(heads))
         for a in range(0, Tq, step):
@@ -211,8 +220,8 @@ class Weights:
 
     def received(self, layer: int, head: int | None) -> np.ndarray:
         """(Tk,): the weight each key receives, summed over the queries (float64)."""
-        _, H, Tq, Tk = self.shape
-        heads = list(range(H)) if head is None else [head]
+        _, _, Tq, Tk = self.shape
+        heads = self.heads(head)
         total = np.zeros(Tk)
         step = self.rows_per_tile(len(heads))
         for a in range(0, Tq, step):
@@ -221,8 +230,8 @@ class Weights:
 
     def column(self, layer: int, head: int | None, key: int) -> np.ndarray:
         """(Tq,): the weight each query gives key ``key`` (its column; the layer's mean when ``head`` is None)."""
-        _, H, Tq, _ = self.shape
-        heads = list(range(H)) if head is None else [head]
+        Tq = self.shape[2]
+        heads = self.heads(head)
         out = np.empty(Tq, np.float32)
         step = self.rows_per_tile(len(heads))
         for a in range(0, Tq, step):
@@ -249,8 +258,7 @@ class Weights:
                     w = block_reduce(block_reduce(w, bq, 1, how), bk, 2, how)  # (H, rows / bq, s_k), rows first
                     out[layer, :, a // bq: a // bq + w.shape[1]] = w
             if reduce == "mean":
-                count = lambda n, b: block_reduce(torch.ones(n), b, 0, "sum")  # noqa: E731  (tokens per block)
-                out /= count(Tq, bq)[:, None] * count(Tk, bk)[None, :]
+                out /= block_counts(Tq, bq)[:, None] * block_counts(Tk, bk)[None, :]
         return out.numpy()
 
     def _tensor(self, layer: int, heads: list, start: int, stop: int) -> torch.Tensor:
@@ -326,7 +334,7 @@ class OnDemandWeights(Weights):
                     self._norms[layer] = torch.cat([self.layers[layer].normaliser(a, min(a + step, Tq))
                                                     for a in range(0, Tq, step)], 2)  # (2, H, Tq)
             norm = self._norms[layer]
-        heads = list(range(self.shape[1])) if head is None else [head]
+        heads = self.heads(head)
         with torch.inference_mode():
             return self.layers[layer].column(heads, key, norm[:, heads]).mean(0).numpy()
 

@@ -17,7 +17,7 @@ import torch
 from ..tokens import clean
 from .. import weights as _weights
 from ..capture import reducing
-from ..weights import Weights, block_reduce
+from ..weights import Weights, block_counts, block_reduce
 
 SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the first token is flagged a sink
 
@@ -183,8 +183,7 @@ class Reducer:
         distance = np.stack([diagonals[..., bins == k].sum(-1) for k in range(len(edges) - 1)], -1)  # (L, H, bins)
         starts = np.arange(0, T, b)
         g = block_size(len(starts), overview)  # detail blocks per overview block
-        counts = torch.as_tensor(np.diff(np.append(starts, T)), dtype=torch.float32)  # (nb,) tokens per block
-        small_counts = block_reduce(counts, g, 0)[1]
+        counts, small_counts = block_counts(T, b), block_counts(T, b * g)  # (nb,), (s,) tokens per block
         small_max = block_reduce(block_reduce(pmax, g, 2)[0], g, 3)[0]
         small_sum = block_reduce(block_reduce(psum, g, 2)[1], g, 3)[1]
         mean = lambda total, n: (total / (n[:, None] * n[None, :])).numpy()  # noqa: E731
@@ -249,13 +248,9 @@ def sinks(s: Survey, threshold: float = SINK_SHARE) -> list[tuple[int, int, floa
     return sorted(found, key=lambda x: -x[2])
 
 
-def _heads(weights: Weights, head: int | None) -> list[int]:
-    return list(range(weights.shape[1])) if head is None else [head]
-
-
 def window(weights: Weights, layer: int, head: int | None, start: int, stop: int) -> np.ndarray:
     """(rows, keys): exact weights of queries ``start:stop`` over keys ``start:stop``."""
-    return weights.tile(layer, _heads(weights, head), start, stop)[:, :, start:stop].mean(0)
+    return weights.tile(layer, weights.heads(head), start, stop)[:, :, start:stop].mean(0)
 
 
 def top_keys(w: np.ndarray, k: int) -> np.ndarray:

@@ -114,4 +114,3 @@ def cached_survey(stack, overview: int) -> Survey:
             entry.surveys[overview] = survey(stack.weights, overview, DETAIL, progress=bar)
             bar.done()
     return entry.surveys[overview]
-
