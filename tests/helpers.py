@@ -33,3 +33,19 @@ def settled(page, quiet_ms: int = 750, timeout: int = 60_000) -> None:
             return now - window.__busy > quiet;
         }""",
         arg=quiet_ms, timeout=timeout, polling=100)
+
+
+def steady(locator, quiet_ms: int = 300, timeout: int = 60_000) -> None:
+    """Scroll ``locator`` into view and wait until its box has not moved for ``quiet_ms``. An expander
+    grows for a moment after it opens: a click then can press on a button and release on its parent,
+    which is no click on the button at all (this lost a download in CI)."""
+    locator.scroll_into_view_if_needed(timeout=timeout)
+    locator.element_handle(timeout=timeout).wait_for_element_state("visible")
+    locator.page.wait_for_function(
+        """([el, quiet]) => {
+            const r = el.getBoundingClientRect(), box = [r.x, r.y, r.width, r.height].join();
+            const now = performance.now();
+            if (el.__box !== box) { el.__box = box; el.__since = now; return false; }
+            return now - el.__since > quiet;
+        }""",
+        arg=[locator.element_handle(), quiet_ms], timeout=timeout, polling=50)

@@ -8,7 +8,7 @@ import numpy as np
 
 import attnviz
 from attnviz.export import from_npz
-from helpers import settled
+from helpers import settled, steady
 
 TEXT = "Bees make honey, and honey feeds the bees."
 TIMEOUT = 60_000
@@ -49,8 +49,10 @@ def test_bad_link_falls_back_with_a_note_and_a_clean_url(page, app_url):
     page.get_by_text("Share and export").click()
     link = page.get_by_test_id("stCode").inner_text()
     assert re.match(rf"{re.escape(app_url)}/\?model=builtin%3Aminilm&text=Bees\+make", link.strip())
+    button = page.get_by_role("button", name="Whole trace (.npz)")
+    steady(button)
     with page.expect_download(timeout=TIMEOUT) as download:
-        page.get_by_role("button", name="Whole trace (.npz)").click()
+        button.click()
     got = from_npz(download.value.path())
     want = attnviz.trace(TEXT)
     assert download.value.suggested_filename == "attnviz_builtin-minilm.npz"
