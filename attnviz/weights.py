@@ -200,6 +200,11 @@ class Weights:
     def rows_per_tile(self, n_heads: int = 1) -> int:
         return max(1, TILE_FLOATS // (n_heads * self.shape[3]))
 
+    def spans(self, n_heads: int = 1) -> list[tuple[int, int]]:
+        """(start, stop) of every run of query rows that one tile of ``n_heads`` heads holds, in order."""
+        Tq, step = self.shape[2], self.rows_per_tile(n_heads)
+        return [(a, min(a + step, Tq)) for a in range(0, Tq, step)]
+
     def heads(self, head: int | None) -> list[int]:
         """The heads a view of ``head`` reads: that one, or every head of the layer (their mean) when None."""
         return list(range(self.shape[1])) if head is None else [head]
@@ -209,9 +214,7 @@ class Weights:
         _, _, Tq, Tk = self.shape
         heads = self.heads(head)
         out = np.empty((Tq, Tk), np.float32)
-        step = self.rows_per_tile(len(heads))
-        for a in range(0, Tq, step):
-            b = min(a + step, Tq)
+        for a, b in self.spans(len(heads)):
             if head is not None:
                 self.tile_into(out[None, a:b], layer, heads, a, b)  # straight into the result
             else:
@@ -220,22 +223,17 @@ class Weights:
 
     def received(self, layer: int, head: int | None) -> np.ndarray:
         """(Tk,): the weight each key receives, summed over the queries (float64)."""
-        _, _, Tq, Tk = self.shape
         heads = self.heads(head)
-        total = np.zeros(Tk)
-        step = self.rows_per_tile(len(heads))
-        for a in range(0, Tq, step):
-            total += self.tile(layer, heads, a, min(a + step, Tq)).mean(0).sum(0, dtype=np.float64)
+        total = np.zeros(self.shape[3])
+        for a, b in self.spans(len(heads)):
+            total += self.tile(layer, heads, a, b).mean(0).sum(0, dtype=np.float64)
         return total
 
     def column(self, layer: int, head: int | None, key: int) -> np.ndarray:
         """(Tq,): the weight each query gives key ``key`` (its column; the layer's mean when ``head`` is None)."""
-        Tq = self.shape[2]
         heads = self.heads(head)
-        out = np.empty(Tq, np.float32)
-        step = self.rows_per_tile(len(heads))
-        for a in range(0, Tq, step):
-            b = min(a + step, Tq)
+        out = np.empty(self.shape[2], np.float32)
+        for a, b in self.spans(len(heads)):
             out[a:b] = self.tile(layer, heads, a, b)[:, :, key].mean(0)
         return out
 
@@ -276,10 +274,8 @@ class Weights:
                 "trace.pooled(size) for an overview."
             )
         out = np.empty(self.shape, np.float32)
-        step = self.rows_per_tile(H)
         for layer in range(L):
-            for a in range(0, Tq, step):
-                b = min(a + step, Tq)
+            for a, b in self.spans(H):
                 self.tile_into(out[layer, :, a:b], layer, list(range(H)), a, b)
         out.setflags(write=False)
         return out
@@ -328,11 +324,9 @@ class OnDemandWeights(Weights):
         (one pass over its scores): a token's column costs a pass over the layer once, then next to nothing."""
         with self._lock:
             if layer not in self._norms:
-                Tq = self.shape[2]
-                step = self.rows_per_tile(self.shape[1])
                 with torch.inference_mode():
-                    self._norms[layer] = torch.cat([self.layers[layer].normaliser(a, min(a + step, Tq))
-                                                    for a in range(0, Tq, step)], 2)  # (2, H, Tq)
+                    self._norms[layer] = torch.cat([self.layers[layer].normaliser(a, b)
+                                                    for a, b in self.spans(self.shape[1])], 2)  # (2, H, Tq)
             norm = self._norms[layer]
         heads = self.heads(head)
         with torch.inference_mode():

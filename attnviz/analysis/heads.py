@@ -128,10 +128,8 @@ def head_stats(trace, shares: dict[str, np.ndarray] | None = None) -> dict[str, 
     n = attendable(T, trace.kind == "decoder")
     log_n = np.log(np.maximum(n, 2)).astype(np.float32)  # rows with one attendable key are left out below
     sums = {name: np.zeros((L, H)) for name in (*STATS, *keys)}
-    step = w.rows_per_tile(H)
     for layer in range(L):
-        for a in range(0, T, step):
-            b = min(a + step, T)
+        for a, b in w.spans(H):
             tile = np.asarray(w.tile(layer, list(range(H)), a, b), np.float32)  # (H, rows, T)
             rows = np.arange(a, b)
             ent = row_entropy(tile)  # (H, rows)

@@ -118,9 +118,7 @@ def role_scores(trace, stack: str | None = None) -> dict[str, np.ndarray]:
     uniform_dist = i / 2 if causal else (i * (i + 1) / 2 + (T - 1 - i) * (T - i) / 2) / T
     sums = {r: np.zeros((L, H)) for r in (*names, "distance")}
     counts = dict.fromkeys(patterns, 0)
-    step = w.rows_per_tile(H)
-    for a in range(0, T, step):
-        b = min(a + step, T)
+    for a, b in w.spans(H):
         rows = np.arange(a, b)
         seen = np.arange(T)[None, :] <= rows[:, None] if causal else np.ones((b - a, T), bool)  # (rows, T)
         masks = {}
