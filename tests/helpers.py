@@ -40,7 +40,7 @@ def steady(locator, quiet_ms: int = 300, timeout: int = 60_000) -> None:
     grows for a moment after it opens: a click then can press on a button and release on its parent,
     which is no click on the button at all (this lost a download in CI)."""
     locator.scroll_into_view_if_needed(timeout=timeout)
-    locator.element_handle(timeout=timeout).wait_for_element_state("visible")
+    element = locator.element_handle(timeout=timeout)
     locator.page.wait_for_function(
         """([el, quiet]) => {
             const r = el.getBoundingClientRect(), box = [r.x, r.y, r.width, r.height].join();
@@ -48,4 +48,4 @@ def steady(locator, quiet_ms: int = 300, timeout: int = 60_000) -> None:
             if (el.__box !== box) { el.__box = box; el.__since = now; return false; }
             return now - el.__since > quiet;
         }""",
-        arg=[locator.element_handle(), quiet_ms], timeout=timeout, polling=50)
+        arg=[element, quiet_ms], timeout=timeout, polling=50)
