@@ -1,5 +1,5 @@
-"""The Long text page in a real browser at 8,192 tokens: a zoomed link draws the trace's own exact weights, and a
-box dragged on the block map zooms there and puts the window in the address."""
+"""The Long text page in a real browser at 8,192 tokens: a progress bar while the model runs, a zoomed link draws
+the trace's own exact weights, and a box dragged on the block map zooms there and puts the window in the address."""
 
 import os
 from urllib.parse import parse_qs, quote, urlsplit
@@ -55,6 +55,12 @@ def window(page, start: int) -> dict:
 def test_a_zoomed_link_and_a_dragged_box_show_exact_weights(page, long_server, head):
     page.goto(f"{long_server}/Long_text?model=builtin%3Aseed&layer=2&head=5&zoom_start=4000&zoom_size=48"
               f"&text={quote(TEXT)}", timeout=TIMEOUT)
+    # While the model runs: the forward's own progress bar, and no spinner beside it (its endless animation kept a
+    # browser on the server's machine drawing frames, a third of a core taken from the forward).
+    bar = page.get_by_test_id("stProgress").filter(has_text="Running the model and reading all its heads")
+    bar.wait_for(timeout=TIMEOUT)
+    page.wait_for_timeout(1_000)  # past st.spinner's own delay before it shows
+    assert bar.is_visible() and page.get_by_test_id("stSpinner").count() == 0
     got = window(page, 4000)
     assert got["n"] == 48
     np.testing.assert_allclose(np.array(got["z"]), head[4000:4048, 4000:4048], rtol=1e-6, atol=1e-9)

@@ -189,7 +189,8 @@ def use_app_navigation() -> None:
 def frame(title: str, tracer=None, text_from=None) -> Frame:
     """Render the shared frame and return the model and trace; stops the page with a message on bad input.
 
-    ``tracer(key, text) -> trace`` replaces ``get_trace`` (the Long text page's own cap and survey);
+    ``tracer(key, text) -> trace`` replaces ``get_trace`` (the Long text page's own cap and survey) and shows its
+    own progress;
     ``text_from(text) -> text`` may replace the text box's text (the Long text page's upload) before it is traced.
     """
     use_app_navigation()
@@ -206,9 +207,14 @@ def frame(title: str, tracer=None, text_from=None) -> Frame:
     try:
         share.check_allowed(key, model_options())
         text = check_text(text)
-        with st.spinner(f"Loading {key} and computing attention…"):
-            model = offered(key)
-            trace = (tracer or get_trace)(key, text)
+        if tracer is None:
+            with st.spinner(f"Loading {key} and computing attention…"):
+                model = offered(key)
+                trace = get_trace(key, text)
+        else:  # the tracer shows its own progress: a spinner spinning beside it costs a browser on the
+            with st.spinner(f"Loading {key}…"):  # server's machine a third of a core while the model runs
+                model = offered(key)
+            trace = tracer(key, text)
     except ValueError as e:
         st.error(plain(str(e)))
         st.stop()
