@@ -12,7 +12,8 @@
 
 Run: ``python bench/long_browser.py``. Writes bench/out/long_browser.json. Needs Debian's chromium and npm (see
 bench/browser.py). BENCH_QUICK=1 runs each small length once; BENCH_LONG=4096 limits the long lengths;
-BENCH_ROUNDS=3 runs each long length three times (medians, and each run, in the JSON).
+BENCH_ROUNDS=3 runs each long length three times (medians, and each run, in the JSON); BENCH_SMALL_ROUNDS=9 runs the
+small lengths nine times instead of three.
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ def small(browser, peer, tok) -> dict:
         submit_long(long_page, long_box, text_of(tok, 20, variant=99))  # warm both pages' paths
         submit_attention(att_page, att_box, text_of(tok, 20, variant=98), 20)
         runs: dict = {}
-        rounds = 1 if quick() else 3
+        rounds = int(os.environ.get("BENCH_SMALL_ROUNDS") or (1 if quick() else 3))
         for r in range(rounds):
             for n in LENGTHS:
                 text = text_of(tok, n, variant=1 + r)  # bertviz's HTML was written from variant 1
