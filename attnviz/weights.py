@@ -106,11 +106,12 @@ class LayerQK:
             scores.masked_fill_(hidden, float("-inf"))
         return scores
 
-    def normaliser(self, start: int, stop: int) -> torch.Tensor:
-        """(2, H, rows): each row's largest score m and log Σ exp(scores − m) over its visible keys, for query rows
-        ``start:stop``: a row's weights are exp((scores − m) − that). Kept apart, not summed to a logsumexp, so a
-        weight near 1 keeps float32's precision (scores − m is exact near the top; the log is at most log Tk)."""
-        s = self.scores(list(range(self.shape[0])), start, stop, *self._band(start, stop))  # (H, rows, band), ours
+    def normaliser(self, heads, start: int, stop: int) -> torch.Tensor:
+        """(2, h, rows): each row's largest score m and log Σ exp(scores − m) over its visible keys, for query rows
+        ``start:stop`` of the heads in ``heads`` (a list): a row's weights are exp((scores − m) − that). Kept apart,
+        not summed to a logsumexp, so a weight near 1 keeps float32's precision (scores − m is exact near the top;
+        the log is at most log Tk)."""
+        s = self.scores(heads, start, stop, *self._band(start, stop))  # (h, rows, band), ours
         m = s.amax(-1, keepdim=True)  # (H, rows, 1)
         m.masked_fill_(~torch.isfinite(m), 0.0)  # a row that sees no key: log 0 = −inf below, not NaN
         return torch.stack([m[..., 0], s.sub_(m).exp_().sum(-1).log_()])  # in place: half of torch.logsumexp's time
@@ -317,20 +318,21 @@ class OnDemandWeights(Weights):
         self.layers = tuple(layers)
         self.shape = (len(layers), *shapes.pop())
         self._dense, self._lock = None, threading.Lock()
-        self._norms: dict[int, torch.Tensor] = {}  # layer -> (2, H, Tq) each row's normaliser, once a column asks
+        self._norms: dict[tuple[int, int], torch.Tensor] = {}  # (layer, head) -> (2, Tq) its rows' normalisers
 
     def column(self, layer, head, key):
-        """One key's scores per query against each row's normaliser, which the layer's first column computes once
-        (one pass over its scores): a token's column costs a pass over the layer once, then next to nothing."""
-        with self._lock:
-            if layer not in self._norms:
-                with torch.inference_mode():
-                    self._norms[layer] = torch.cat([self.layers[layer].normaliser(a, b)
-                                                    for a, b in self.spans(self.shape[1])], 2)  # (2, H, Tq)
-            norm = self._norms[layer]
+        """One key's scores per query against each row's normaliser, which a head's first column computes once
+        (one pass over its scores): a token's column costs a pass over the head (every head of the layer for
+        their mean) once, then next to nothing."""
         heads = self.heads(head)
+        with self._lock, torch.inference_mode():
+            new = [h for h in heads if (layer, h) not in self._norms]
+            if new:
+                norm = torch.cat([self.layers[layer].normaliser(new, a, b) for a, b in self.spans(len(new))], 2)
+                self._norms.update({(layer, h): norm[:, i].clone() for i, h in enumerate(new)})  # (2, Tq) each
+            norm = torch.stack([self._norms[layer, h] for h in heads], 1)  # (2, h, Tq)
         with torch.inference_mode():
-            return self.layers[layer].column(heads, key, norm[:, heads]).mean(0).numpy()
+            return self.layers[layer].column(heads, key, norm).mean(0).numpy()
 
     def tile(self, layer, heads, start, stop):
         with torch.inference_mode():

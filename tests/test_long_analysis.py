@@ -124,6 +124,7 @@ def test_columns_windows_and_rows_are_exact(trace, small_tiles):
     A = trace.attentions
     np.testing.assert_allclose(trace.column(2, 3, 17), A[2, 3, :, 17], rtol=1e-6)
     np.testing.assert_allclose(trace.column(2, None, 17), A[2, :, :, 17].mean(0), rtol=1e-5)
+    np.testing.assert_allclose(trace.column(2, 5, 40), A[2, 5, :, 40], rtol=1e-6)  # normalisers the mean made
     held = attnviz.weights.DenseWeights(A)  # an eager model's weights: the column is read tile by tile
     np.testing.assert_array_equal(held.column(2, 3, 17), A[2, 3, :, 17])
     np.testing.assert_allclose(held.column(2, None, 17), A[2, :, :, 17].mean(0), rtol=1e-6)

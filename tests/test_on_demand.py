@@ -214,7 +214,9 @@ def test_a_keys_column_from_each_rows_normaliser_equals_the_weights(kind):
         extra["mask"][0, 4] = False  # row 4 sees no key
     layer = LayerQK(q, k, Dh ** -0.5, **extra)
     want = layer.weights(list(range(H)), 0, Tq)  # (H, Tq, Tk)
-    norm = layer.normaliser(0, Tq)  # (2, H, Tq)
+    norm = layer.normaliser(list(range(H)), 0, Tq)  # (2, H, Tq)
+    some = layer.normaliser([3, 0], 2, 7)  # any heads and rows: the same, up to the band's summing order
+    torch.testing.assert_close(some, norm[:, [3, 0], 2:7], rtol=1e-6, atol=1e-6)
     for key in range(Tk):
         got = layer.column([3, 0], key, norm[:, [3, 0]])
         np.testing.assert_allclose(got, want[[3, 0], :, key], rtol=1e-6, atol=1e-7, err_msg=f"key {key}")
