@@ -112,7 +112,7 @@ class LayerQK:
         not summed to a logsumexp, so a weight near 1 keeps float32's precision (scores − m is exact near the top;
         the log is at most log Tk)."""
         s = self.scores(heads, start, stop, *self._band(start, stop))  # (h, rows, band), ours
-        m = s.amax(-1, keepdim=True)  # (H, rows, 1)
+        m = s.amax(-1, keepdim=True)  # (h, rows, 1)
         m.masked_fill_(~torch.isfinite(m), 0.0)  # a row that sees no key: log 0 = −inf below, not NaN
         return torch.stack([m[..., 0], s.sub_(m).exp_().sum(-1).log_()])  # in place: half of torch.logsumexp's time
 
@@ -325,13 +325,13 @@ class OnDemandWeights(Weights):
         (one pass over its scores): a token's column costs a pass over the head (every head of the layer for
         their mean) once, then next to nothing."""
         heads = self.heads(head)
-        with self._lock, torch.inference_mode():
-            new = [h for h in heads if (layer, h) not in self._norms]
-            if new:
-                norm = torch.cat([self.layers[layer].normaliser(new, a, b) for a, b in self.spans(len(new))], 2)
-                self._norms.update({(layer, h): norm[:, i].clone() for i, h in enumerate(new)})  # (2, Tq) each
-            norm = torch.stack([self._norms[layer, h] for h in heads], 1)  # (2, h, Tq)
         with torch.inference_mode():
+            with self._lock:
+                new = [h for h in heads if (layer, h) not in self._norms]
+                if new:
+                    norm = torch.cat([self.layers[layer].normaliser(new, a, b) for a, b in self.spans(len(new))], 2)
+                    self._norms.update({(layer, h): norm[:, i].clone() for i, h in enumerate(new)})  # (2, Tq) each
+                norm = torch.stack([self._norms[layer, h] for h in heads], 1)  # (2, h, Tq)
             return self.layers[layer].column(heads, key, norm).mean(0).numpy()
 
     def tile(self, layer, heads, start, stop):

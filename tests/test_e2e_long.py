@@ -56,7 +56,7 @@ def test_a_zoomed_link_and_a_dragged_box_show_exact_weights(page, long_server, h
     page.goto(f"{long_server}/Long_text?model=builtin%3Aseed&layer=2&head=5&zoom_start=4000&zoom_size=48"
               f"&text={quote(TEXT)}", timeout=TIMEOUT)
     # While the model runs: the forward's own progress bar, and no spinner beside it (its endless animation kept a
-    # browser on the server's machine drawing frames, a third of a core taken from the forward).
+    # browser on the server's machine drawing frames, CPU taken from the forward).
     bar = page.get_by_test_id("stProgress").filter(has_text="Running the model and reading all its heads")
     bar.wait_for(timeout=TIMEOUT)
     page.wait_for_timeout(1_000)  # past st.spinner's own delay before it shows

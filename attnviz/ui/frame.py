@@ -211,8 +211,8 @@ def frame(title: str, tracer=None, text_from=None) -> Frame:
             with st.spinner(f"Loading {key} and computing attention…"):
                 model = offered(key)
                 trace = get_trace(key, text)
-        else:  # the tracer shows its own progress: a spinner spinning beside it costs a browser on the
-            with st.spinner(f"Loading {key}…"):  # server's machine a third of a core while the model runs
+        else:  # the tracer shows its own progress: a spinner spinning beside it takes a browser on the server's
+            with st.spinner(f"Loading {key}…"):  # machine CPU the model needs (0.1–0.7 s a 4,096-token forward)
                 model = offered(key)
             trace = tracer(key, text)
     except ValueError as e:
