@@ -329,8 +329,8 @@ class OnDemandWeights(Weights):
             with self._lock:
                 new = [h for h in heads if (layer, h) not in self._norms]
                 if new:
-                    norm = torch.cat([self.layers[layer].normaliser(new, a, b) for a, b in self.spans(len(new))], 2)
-                    self._norms.update({(layer, h): norm[:, i].clone() for i, h in enumerate(new)})  # (2, Tq) each
+                    made = torch.cat([self.layers[layer].normaliser(new, a, b) for a, b in self.spans(len(new))], 2)
+                    self._norms.update({(layer, h): made[:, i].clone() for i, h in enumerate(new)})  # (2, Tq) each
                 norm = torch.stack([self._norms[layer, h] for h in heads], 1)  # (2, h, Tq)
             return self.layers[layer].column(heads, key, norm).mean(0).numpy()
 
