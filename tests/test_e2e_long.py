@@ -1,5 +1,6 @@
-"""The Long text page in a real browser at 8,192 tokens: a progress bar while the model runs, a zoomed link draws
-the trace's own exact weights, and a box dragged on the block map zooms there and puts the window in the address."""
+"""The Long text page in a real browser at 8,192 tokens: a progress bar while the model runs (and nothing gliding or
+fading beside it), a zoomed link draws the trace's own exact weights, a box dragged on the block map zooms there and
+puts the window in the address, and a new text dims the old page while it runs."""
 
 import os
 from urllib.parse import parse_qs, quote, urlsplit
@@ -31,6 +32,13 @@ PIXEL = """(token) => {  // where (key token, query token) is on screen in the b
   const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
   return [r.left + xa._offset + xa.l2p(token), r.top + ya._offset + ya.l2p(token)];
 }"""
+# The CSS transitions running now that take time (each of their frames is drawn on the CPU the model needs).
+MOVING = """() => document.getAnimations()
+  .filter(a => a instanceof CSSTransition && a.effect.getTiming().duration > 0)
+  .map(a => a.transitionProperty + ' on ' + (a.effect.target.dataset.testid || a.effect.target.className))"""
+# How many of the page's elements are stale and drawn dimmed.
+DIMMED = """() => Array.from(document.querySelectorAll('[data-stale="true"]'))
+  .filter(el => getComputedStyle(el).opacity === '0.33').length"""
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +69,11 @@ def test_a_zoomed_link_and_a_dragged_box_show_exact_weights(page, long_server, h
     bar.wait_for(timeout=TIMEOUT)
     page.wait_for_timeout(1_000)  # past st.spinner's own delay before it shows
     assert bar.is_visible() and page.get_by_test_id("stSpinner").count() == 0
+    moving = set()  # the bar moves every second: it used to glide for 0.5 s each time, the status widget to fade in
+    for _ in range(25):
+        moving.update(page.evaluate(MOVING))
+        page.wait_for_timeout(100)
+    assert not moving
     got = window(page, 4000)
     assert got["n"] == 48
     np.testing.assert_allclose(np.array(got["z"]), head[4000:4048, 4000:4048], rtol=1e-6, atol=1e-9)
@@ -89,3 +102,12 @@ def test_a_zoomed_link_and_a_dragged_box_show_exact_weights(page, long_server, h
     page.set_viewport_size({"width": 1400, "height": 1000})
     page.locator(".st-key-long_blocks").scroll_into_view_if_needed()
     page.screenshot(path=str(SCREENSHOTS / "long_text_zoom.png"))
+
+    # A new text: while it runs, the old page is dimmed (in one step at Streamlit's 0.5 s, not a 1 s fade).
+    box = page.get_by_role("textbox", name="Text", exact=True)
+    box.fill("Once more. " + TEXT)
+    box.press("Control+Enter")
+    page.wait_for_function(DIMMED, timeout=TIMEOUT)
+    assert page.evaluate(MOVING) == []
+    page.locator(".gtitle", has_text="all 6 layers × 8 heads over 8,192 tokens").wait_for(timeout=TIMEOUT)
+    page.wait_for_function(f"() => ({DIMMED})() === 0", timeout=TIMEOUT)

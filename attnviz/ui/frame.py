@@ -32,6 +32,14 @@ LAYOUT_CSS = (
     ".stHorizontalBlock:has(> .stColumn .stPlotlyChart) { flex-wrap: wrap; }"
     ".stColumn:has(.stPlotlyChart) { min-width: min(100%, 26rem); }"
 )
+# A page whose forward runs for seconds (a tracer with its own progress: the Long text page) draws no CSS transition
+# while it runs: a browser on the server's machine (a laptop demo, the benchmarks) draws every frame of one on the
+# CPU the model needs (a 4,096-token submit: the stale fade, the bar's glides and the status widget's fade-in cost
+# Chromium ~0.9 s of CPU and the page ~1 s; bench/RESULTS.md). Stale elements still dim, in one step at Streamlit's 0.5 s.
+STILL_CSS = (
+    "*, *::before, *::after { transition: none !important; }"
+    '[data-stale="true"], [data-stale="true"] * { transition: all 0s 0.5s !important; }'
+)
 
 
 class Frame(NamedTuple):
@@ -195,7 +203,8 @@ def frame(title: str, tracer=None, text_from=None) -> Frame:
     """
     use_app_navigation()
     st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
-    st.markdown(f"<style>{LAYOUT_CSS}</style>", unsafe_allow_html=True)  # our own constant, no user text
+    css = LAYOUT_CSS + (STILL_CSS if tracer is not None else "")
+    st.markdown(f"<style>{css}</style>", unsafe_allow_html=True)  # our own constants, no user text
     share.read_link()
     heads.follow_click()
     carry_over(title)
