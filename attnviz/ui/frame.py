@@ -38,7 +38,8 @@ LAYOUT_CSS = (
 # Chromium ~0.9 s of CPU and the page ~1 s; bench/RESULTS.md). Stale elements still dim, in one step at Streamlit's 0.5 s.
 STILL_CSS = (
     "*, *::before, *::after { transition: none !important; }"
-    '[data-stale="true"], [data-stale="true"] * { transition: all 0s 0.5s !important; }'
+    '[data-stale="true"] { transition: opacity 0s 0.5s !important; }'  # the element only: a rule on its descendants
+    # made the browser restyle every node of its chart whenever it went stale or fresh (20 tokens: 1.35 vs 0.97 s)
 )
 
 
