@@ -35,7 +35,7 @@ LAYOUT_CSS = (
 # A page whose forward runs for seconds (a tracer with its own progress: the Long text page) draws no CSS transition
 # while it runs: a browser on the server's machine (a laptop demo, the benchmarks) draws every frame of one on the
 # CPU the model needs (a 4,096-token submit: the stale fade, the bar's glides and the status widget's fade-in cost
-# Chromium ~0.9 s of CPU and the page ~1 s; bench/RESULTS.md). Stale elements still dim, in one step at Streamlit's 0.5 s.
+# Chromium ~1.1 s of CPU and the page ~1.2 s; bench/RESULTS.md). Stale elements still dim, in one step at Streamlit's 0.5 s.
 STILL_CSS = (
     "*, *::before, *::after { transition: none !important; }"
     '[data-stale="true"] { transition: opacity 0s 0.5s !important; }'  # the element only: a rule on its descendants
