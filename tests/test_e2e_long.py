@@ -1,6 +1,7 @@
 """The Long text page in a real browser at 8,192 tokens: a progress bar while the model runs (and nothing gliding or
 fading beside it), a zoomed link draws the trace's own exact weights, a box dragged on the block map zooms there and
-puts the window in the address, and a new text dims the old page while it runs."""
+puts the window in the address, and a new text shows the bar to a reader scrolled down and dims the old page, which
+does not move, while it runs."""
 
 import os
 from urllib.parse import parse_qs, quote, urlsplit
@@ -103,10 +104,18 @@ def test_a_zoomed_link_and_a_dragged_box_show_exact_weights(page, long_server, h
     page.locator(".st-key-long_blocks").scroll_into_view_if_needed()
     page.screenshot(path=str(SCREENSHOTS / "long_text_zoom.png"))
 
-    # A new text: while it runs, the old page is dimmed (in one step at Streamlit's 0.5 s, not a 1 s fade).
+    # A new text, sent by a reader scrolled down to the block map: the bar shows in the window and the old page stays
+    # where it was (no layout shift: every chart would be laid out and painted again), dimmed in one step at
+    # Streamlit's 0.5 s, not in a 1 s fade.
+    top = lambda: page.evaluate("() => document.querySelector('.st-key-long_blocks').getBoundingClientRect().top")  # noqa: E731
+    before = top()
     box = page.get_by_role("textbox", name="Text", exact=True)
     box.fill("Once more. " + TEXT)
     box.press("Control+Enter")
+    bar.wait_for(timeout=TIMEOUT)
+    shown = bar.bounding_box()
+    assert shown["y"] >= 0 and shown["y"] + shown["height"] <= 1000, shown
+    assert top() == before
     page.wait_for_function(DIMMED, timeout=TIMEOUT)
     assert page.evaluate(MOVING) == []
     page.wait_for_function(f"() => ({DIMMED})() === 0", timeout=TIMEOUT)

@@ -32,14 +32,24 @@ LAYOUT_CSS = (
     ".stHorizontalBlock:has(> .stColumn .stPlotlyChart) { flex-wrap: wrap; }"
     ".stColumn:has(.stPlotlyChart) { min-width: min(100%, 26rem); }"
 )
-# A page whose forward runs for seconds (a tracer with its own progress: the Long text page) draws no CSS transition
-# while it runs: a browser on the server's machine (a laptop demo, the benchmarks) draws every frame of one on the
-# CPU the model needs (a 4,096-token submit: the stale fade, the bar's glides and the status widget's fade-in cost
-# Chromium ~1.1 s of CPU and the page ~1.2 s; bench/RESULTS.md). Stale elements still dim, in one step at Streamlit's 0.5 s.
+# A page whose forward runs for seconds (a tracer with its own progress: the Long text page) moves nothing on the page
+# while it runs: a browser on the server's machine (a laptop demo, the benchmarks) draws every change on the CPU the
+# model needs (bench/RESULTS.md, Long texts rounds 7 and 8).
+BAR_KEY = "progress_bar"  # the key prefix of the containers a tracer draws its progress bars in (ui/long.py)
 STILL_CSS = (
+    # No CSS transitions (a 4,096-token submit: the stale fade, the bar's glides and the status widget's fade-in cost
+    # Chromium ~1.1 s of CPU and the page ~1.2 s). Stale elements still dim, in one step at Streamlit's 0.5 s.
     "*, *::before, *::after { transition: none !important; }"
     '[data-stale="true"] { transition: opacity 0s 0.5s !important; }'  # the element only: a rule on its descendants
     # made the browser restyle every node of its chart whenever it went stale or fresh (20 tokens: 1.35 vs 0.97 s)
+    # The progress bar sits in the header, out of the page's flow: in the flow, its coming and going pushed the whole
+    # page down and back (every chart laid out and painted again), and a reader scrolled down could not see it.
+    # It stays clear of the sidebar on the left and of Streamlit's status and menu on the right; up to 768 px the
+    # sidebar starts collapsed, its button where the bar would start.
+    f'[class*="st-key-{BAR_KEY}"] {{ position: fixed; top: 0.75rem; z-index: 1000000;'
+    " width: clamp(8rem, calc(100vw - 30rem), 36rem); }"
+    f'@media (max-width: 768px) {{ [class*="st-key-{BAR_KEY}"] {{ margin-left: 3rem;'
+    " width: clamp(8rem, calc(100vw - 14rem), 36rem); } }"
 )
 
 

@@ -11,7 +11,7 @@ import streamlit as st
 from attnviz.analysis.long import Reducer, Survey, survey, traced
 from attnviz.backends import normalise
 from attnviz.backends.common import MAX_CHARS
-from attnviz.ui.frame import resolve
+from attnviz.ui.frame import BAR_KEY, resolve
 from attnviz.ui.share import max_chars
 
 MAX_UPLOAD_BYTES = 2 * 2**20  # a .txt or .md of 2 MB is far more text than 16,384 tokens
@@ -47,10 +47,10 @@ BAR_EVERY_S = 1.0  # and moves at most this often: each move re-renders the page
 
 class _Bar:
     """``progress(fraction)`` that draws a bar only once the work has taken BAR_AFTER_S and moves it at most every
-    BAR_EVERY_S; ``done()`` removes it."""
+    BAR_EVERY_S, in a container keyed ``key`` (the frame's CSS for BAR_KEY places it); ``done()`` removes it."""
 
-    def __init__(self, text: str):
-        self.text, self.bar = text, None
+    def __init__(self, text: str, key: str):
+        self.text, self.key, self.bar = text, key, None
         self.last = time.perf_counter() - BAR_EVERY_S + BAR_AFTER_S  # the first draw comes BAR_AFTER_S in
 
     def __call__(self, fraction: float) -> None:
@@ -59,7 +59,8 @@ class _Bar:
             return
         self.last = now
         if self.bar is None:
-            self.bar = st.progress(fraction, text=self.text)
+            with st.container(key=self.key):
+                self.bar = st.progress(fraction, text=self.text)
         else:
             self.bar.progress(fraction, text=self.text)
 
@@ -89,7 +90,7 @@ def long_trace(key: str, text: str, limit: int):
     with _lock:
         if k in _LONG and _LONG[k].model is model:
             return _LONG[k].trace
-    bar = _Bar("Running the model and reading all its heads…")
+    bar = _Bar("Running the model and reading all its heads…", f"{BAR_KEY}_forward")
     trace, reducer = traced(model, text, limit, DETAIL, bar)
     bar.done()
     with _lock:
@@ -110,7 +111,8 @@ def cached_survey(stack, overview: int) -> Survey:
         if entry.reducer.complete(stack.weights.shape):
             entry.surveys[overview] = entry.reducer.result(overview)
         else:
-            bar = _Bar(f"Reading all {stack.weights.shape[0] * stack.weights.shape[1]} heads, tile by tile…")
+            bar = _Bar(f"Reading all {stack.weights.shape[0] * stack.weights.shape[1]} heads, tile by tile…",
+                       f"{BAR_KEY}_survey")
             entry.surveys[overview] = survey(stack.weights, overview, DETAIL, progress=bar)
             bar.done()
     return entry.surveys[overview]
