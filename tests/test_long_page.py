@@ -1,6 +1,7 @@
 """The Long text page in real Streamlit (AppTest) at 8,192 tokens of builtin:seed: the overview, the block map and
 a zoomed window carry the trace's own exact weights, a token's reach finds a rare word and shows its row and
-column, a link reopens the same window, and the page stays under 2 MB."""
+column, a link reopens the same window, and the page stays under 2 MB; the forward's and the survey's progress bars
+can show in one run."""
 
 import base64
 import json
@@ -174,3 +175,28 @@ def test_a_tokens_reach_finds_the_rare_word_and_shows_its_row_and_column(zoomed,
     # What attends to it: the table and shading follow the column.
     zoomed.radio(key="reach_dir").set_value("what attends to it").run()
     assert zoomed.dataframe[0].value["position"].tolist() == top_keys(head[:, p2], 10).tolist()
+
+
+def test_the_forwards_bar_and_the_surveys_bar_can_show_in_one_run(monkeypatch):
+    """Each bar has its own keyed container (the frame's CSS places it by key): both in one run, no duplicate key;
+    done() takes a bar away."""
+    from attnviz.ui import long as ui
+
+    monkeypatch.setattr(ui, "BAR_AFTER_S", 0.0)
+    monkeypatch.setattr(ui, "BAR_EVERY_S", 0.0)
+
+    def script():
+        from attnviz.ui.frame import BAR_KEY
+        from attnviz.ui.long import _Bar
+
+        forward = _Bar("Running the model", f"{BAR_KEY}_forward")
+        forward(0.5)
+        survey = _Bar("Reading all heads", f"{BAR_KEY}_survey")
+        survey(0.25)
+        survey(0.75)
+        forward.done()
+
+    at = AppTest.from_function(script).run(timeout=30)
+    assert not at.exception
+    bars = [e.proto for e in at.get("progress")]
+    assert [(b.value, b.text) for b in bars] == [(75, "Reading all heads")]
