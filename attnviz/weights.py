@@ -142,8 +142,9 @@ class LayerQK:
             w = self.weights(heads, a, b, None if tile is None else tile(b - a))  # (H, rows, Tk)
             if visit is not None:
                 visit(w, a)
-            out[:, a:b] = w @ v  # (H, rows, Dv); a product written straight into this strided slice took 3.3 ms
-            # a 4,096-key tile of 8 heads, against 2.6 + 0.1 ms for this product and copy
+            # A product written straight into this strided slice (out=) took 3.3 ms a 4,096-key tile of 8 heads;
+            # a fresh product and its copy take 2.6 + 0.1 ms.
+            out[:, a:b] = w @ v  # (H, rows, Dv)
         return out.to(dtype)
 
 

@@ -186,12 +186,11 @@ def test_the_forwards_bar_and_the_surveys_bar_can_show_in_one_run(monkeypatch):
     monkeypatch.setattr(ui, "BAR_EVERY_S", 0.0)
 
     def script():
-        from attnviz.ui.frame import BAR_KEY
         from attnviz.ui.long import _Bar
 
-        forward = _Bar("Running the model", f"{BAR_KEY}_forward")
+        forward = _Bar("Running the model", "forward")
         forward(0.5)
-        survey = _Bar("Reading all heads", f"{BAR_KEY}_survey")
+        survey = _Bar("Reading all heads", "survey")
         survey(0.25)
         survey(0.75)
         forward.done()

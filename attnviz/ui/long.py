@@ -47,10 +47,11 @@ BAR_EVERY_S = 1.0  # and moves at most this often: each move re-renders the page
 
 class _Bar:
     """``progress(fraction)`` that draws a bar only once the work has taken BAR_AFTER_S and moves it at most every
-    BAR_EVERY_S, in a container keyed ``key`` (the frame's CSS for BAR_KEY places it); ``done()`` removes it."""
+    BAR_EVERY_S, in a container keyed BAR_KEY + ``name`` (the frame's CSS places it by that prefix; two bars in one
+    run need two names); ``done()`` removes it."""
 
-    def __init__(self, text: str, key: str):
-        self.text, self.key, self.bar = text, key, None
+    def __init__(self, text: str, name: str):
+        self.text, self.key, self.bar = text, f"{BAR_KEY}_{name}", None
         self.last = time.perf_counter() - BAR_EVERY_S + BAR_AFTER_S  # the first draw comes BAR_AFTER_S in
 
     def __call__(self, fraction: float) -> None:
@@ -90,7 +91,7 @@ def long_trace(key: str, text: str, limit: int):
     with _lock:
         if k in _LONG and _LONG[k].model is model:
             return _LONG[k].trace
-    bar = _Bar("Running the model and reading all its heads…", f"{BAR_KEY}_forward")
+    bar = _Bar("Running the model and reading all its heads…", "forward")
     trace, reducer = traced(model, text, limit, DETAIL, bar)
     bar.done()
     with _lock:
@@ -111,8 +112,8 @@ def cached_survey(stack, overview: int) -> Survey:
         if entry.reducer.complete(stack.weights.shape):
             entry.surveys[overview] = entry.reducer.result(overview)
         else:
-            bar = _Bar(f"Reading all {stack.weights.shape[0] * stack.weights.shape[1]} heads, tile by tile…",
-                       f"{BAR_KEY}_survey")
+            L, H = stack.weights.shape[:2]
+            bar = _Bar(f"Reading all {L * H} heads, tile by tile…", "survey")
             entry.surveys[overview] = survey(stack.weights, overview, DETAIL, progress=bar)
             bar.done()
     return entry.surveys[overview]
