@@ -26,7 +26,8 @@ def head_map(values: np.ndarray, title: str, zrange: tuple[float, float] | None 
         zrange = (-top, top)
     layer, head = np.divmod(np.arange(L * H), H)  # (L·H,) each point's layer and head
     name = html.escape(value_name, quote=False)
-    fig = go.Figure(
+    title, top = top_title(html.escape(title, quote=False))
+    return go.Figure(
         [
             go.Heatmap(z=values, zmin=zrange[0], zmax=zrange[1], colorscale=colorscale,
                        colorbar=dict(title=name), hoverinfo="skip"),
@@ -41,20 +42,19 @@ def head_map(values: np.ndarray, title: str, zrange: tuple[float, float] | None 
                               "<br>click to open<extra></extra>",
                 showlegend=False,
             ),
-        ]
+        ],
+        layout=dict(
+            title=title,
+            xaxis=dict(title="head", tickvals=list(range(H)), side="top", fixedrange=True, showgrid=False,
+                       zeroline=False),
+            yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed", fixedrange=True, showgrid=False,
+                       zeroline=False),
+            hovermode="closest",
+            dragmode=False,
+            margin=dict(l=10, r=10, t=top, b=10),
+            height=top + int(min(600, max(160, 40 + 40 * L))),
+        ),
     )
-    title, top = top_title(html.escape(title, quote=False))
-    fig.update_layout(
-        title=title,
-        xaxis=dict(title="head", tickvals=list(range(H)), side="top", fixedrange=True, showgrid=False, zeroline=False),
-        yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed", fixedrange=True, showgrid=False,
-                   zeroline=False),
-        hovermode="closest",
-        dragmode=False,
-        margin=dict(l=10, r=10, t=top, b=10),
-        height=top + int(min(600, max(160, 40 + 40 * L))),
-    )
-    return fig
 
 
 def relevance_map(relevance: np.ndarray, labels, title: str, value_name: str = "relevance") -> go.Figure:

@@ -20,14 +20,15 @@ QUANTISE_ABOVE = 128 * 128
 
 def weights_heatmap(
     w: np.ndarray, y_labels, x_labels, title: str = "", *, y_title: str = "query", x_title: str = "key",
-    masked: np.ndarray | None = None, log_scale: bool = False, full_range: bool = False,
+    masked: np.ndarray | None = None, log_scale: bool = False, full_range: bool = False, height: int | None = None,
 ) -> go.Figure:
     """A (rows, columns) heatmap of weights: colours from 0 up to the weights' own high quantile
     (``colour_top``, written on the colour bar), 0–1 with ``full_range``, or log10 with ``log_scale``.
 
     Labels must be unique per position (``attnviz.tokens.labels``) since the axes are categorical.
     ``masked`` (same shape, True on a suffix of each row) is drawn grey as "masked: future tokens".
-    Hover shows the weight to three significant digits, also when colours are sent as uint8.
+    Hover shows the weight to three significant digits, also when colours are sent as uint8. ``height``: pixels
+    under the title and the top labels (default: 14 a row, 200–800).
     """
     w = np.asarray(w, np.float32)
     if w.shape != (len(y_labels), len(x_labels)):
@@ -49,10 +50,21 @@ def weights_heatmap(
         if top < 1:
             text[-1] = f"≥ {text[-1]}"  # larger weights share the darkest colour
         bar_title = "weight" if top == 1 else f"weight{LINE_BREAK}0–{top:.3g}"
-    fig = go.Figure(
+    x_ticks = safe(x_labels)
+    title, top = top_title(title, x_ticks)
+    layout = dict(
+        title=title,
+        xaxis=dict(title=x_title, type="category", tickangle=-60, side="top", automargin=True),
+        yaxis=dict(title=y_title, type="category", autorange="reversed", automargin=True),
+        margin=dict(l=10, r=10, t=top, b=10),
+        height=top + (min(800, 200 + 14 * len(y_labels)) if height is None else height),
+    )
+    if masked is not None and np.asarray(masked).any():
+        layout |= _mask_layout(np.asarray(masked, bool), layout["margin"])
+    return go.Figure(
         go.Heatmap(
             z=z,
-            x=safe(x_labels),
+            x=x_ticks,
             y=safe(y_labels),
             customdata=customdata,
             zmin=0,
@@ -60,36 +72,26 @@ def weights_heatmap(
             colorscale=PROB_SCALE,
             colorbar=dict(title=bar_title, tickvals=[t * zmax for t in ticks], ticktext=text),
             hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>weight {weight}<extra></extra>",
-        )
+        ),
+        layout=layout,
     )
-    x_ticks = safe(x_labels)
-    title, top = top_title(title, x_ticks)
-    fig.update_layout(
-        title=title,
-        xaxis=dict(title=x_title, type="category", tickangle=-60, side="top", automargin=True),
-        yaxis=dict(title=y_title, type="category", autorange="reversed", automargin=True),
-        margin=dict(l=10, r=10, t=top, b=10),
-        height=top + min(800, 200 + 14 * len(y_labels)),
-    )
-    if masked is not None and np.asarray(masked).any():
-        _mask_shape(fig, np.asarray(masked, bool))
-    return fig
 
 
-def _mask_shape(fig: go.Figure, masked: np.ndarray) -> None:
-    """Grey out each row's masked suffix with one staircase polygon, and say what it is below the plot."""
+def _mask_layout(masked: np.ndarray, margin: dict) -> dict:
+    """Layout that greys out each row's masked suffix with one staircase polygon and says what it is below the
+    plot, with room for that line under ``margin``."""
     Tq, Tk = masked.shape
     first = Tk - masked.sum(1)  # (Tq,) first masked column of each row
     corners = [(Tk - 0.5, -0.5), (Tk - 0.5, Tq - 0.5)]
     for r in range(Tq - 1, -1, -1):
         corners += [(first[r] - 0.5, r + 0.5), (first[r] - 0.5, r - 0.5)]
     path = "M" + "L".join(f"{x:g},{y:g}" for x, y in corners) + "Z"
-    fig.add_shape(type="path", path=path, fillcolor=MASK_COLOUR, line_width=0, layer="above")
-    fig.add_annotation(
-        text="grey: masked (future tokens)", xref="paper", yref="paper", x=1, xanchor="right", y=0, yanchor="top",
-        yshift=-4, showarrow=False, font=dict(color="#888"),
+    return dict(
+        shapes=[dict(type="path", path=path, fillcolor=MASK_COLOUR, line_width=0, layer="above")],
+        annotations=[dict(text="grey: masked (future tokens)", xref="paper", yref="paper", x=1, xanchor="right", y=0,
+                          yanchor="top", yshift=-4, showarrow=False, font=dict(color="#888"))],
+        margin=margin | dict(b=margin["b"] + 26),  # annotations do not push margins: make room
     )
-    fig.update_layout(margin_b=fig.layout.margin.b + 26)  # annotations do not push margins: make room
 
 
 def attention_heatmap(attn: np.ndarray, q_labels, k_labels, title: str = "", **options) -> go.Figure:
@@ -105,18 +107,18 @@ def focus_bars(weights: np.ndarray, labels, title: str = "", axis_title: str = "
     weights = np.asarray(weights, np.float32)
     if weights.shape != (len(labels),):
         raise ValueError(f"{weights.size} weights but {len(labels)} labels")
-    fig = go.Figure(
+    title, top = top_title(title, top_axis=False)
+    return go.Figure(
         go.Bar(
             x=safe(labels), y=weights, marker_color="#2171b5",
             hovertemplate=f"{axis_title} %{{x}}<br>weight %{{y:.3g}}<extra></extra>",
-        )
+        ),
+        layout=dict(
+            title=title, height=290 + top, margin=dict(l=10, r=10, t=top, b=10),
+            xaxis=dict(title=axis_title, type="category", tickangle=-60),
+            yaxis=dict(title="weight", rangemode="tozero"),
+        ),
     )
-    title, top = top_title(title, top_axis=False)
-    fig.update_layout(
-        title=title, height=290 + top, margin=dict(l=10, r=10, t=top, b=10),
-        xaxis=dict(title=axis_title, type="category", tickangle=-60), yaxis=dict(title="weight", rangemode="tozero"),
-    )
-    return fig
 
 
 def explorer_figures(
@@ -144,9 +146,8 @@ def explorer_figures(
     figs["focus"] = focus_bars(focus_weights(head_weights(view, layer, head), focus, direction), along, f"{what} · {name}", axis)
     figs["focus_heads"] = weights_heatmap(
         focus_weights(view.attn[layer], focus, direction), [str(h) for h in range(n_heads)], along,
-        f"{what} · every head of layer {layer}", y_title="head", x_title=axis, **scale,
+        f"{what} · every head of layer {layer}", y_title="head", x_title=axis, height=80 + 22 * n_heads, **scale,
     )
-    figs["focus_heads"].update_layout(height=figs["focus_heads"].layout.margin.t + 80 + 22 * n_heads)
     return figs
 
 

@@ -55,7 +55,13 @@ def head_mosaic(pooled: np.ndarray, reduce: str, n_tokens: int, block: int, sele
     image = image.transpose(0, 2, 1, 3, 4).reshape(L * pitch, H * pitch, 3)[:-1, :-1]  # (L·pitch−1, H·pitch−1, 3)
     layer, head = np.divmod(np.arange(L * H), H)  # (L·H,)
     centre = (s - 1) / 2
-    fig = go.Figure([
+    shapes = []
+    if selected is not None:
+        l, h = selected
+        x0, x1 = (-1, H * pitch - 1) if h is None else (h * pitch - 1, h * pitch + s)
+        shapes.append(dict(type="rect", x0=x0, x1=x1, y0=l * pitch - 1, y1=l * pitch + s,
+                           line=dict(color="#d62728", width=2)))
+    return go.Figure([
         go.Image(source=image_array_to_data_uri(image), hoverinfo="skip"),
         go.Scatter(
             x=head * pitch + centre, y=layer * pitch + centre, customdata=np.stack([layer, head], 1),  # (L·H, 2)
@@ -64,22 +70,16 @@ def head_mosaic(pooled: np.ndarray, reduce: str, n_tokens: int, block: int, sele
             hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>click to open<extra></extra>",
             showlegend=False,
         ),
-    ])
-    if selected is not None:
-        l, h = selected
-        x0, x1 = (-1, H * pitch - 1) if h is None else (h * pitch - 1, h * pitch + s)
-        fig.add_shape(type="rect", x0=x0, x1=x1, y0=l * pitch - 1, y1=l * pitch + s, line=dict(color="#d62728", width=2))
-    fig.update_layout(
+    ], layout=dict(
         title=f"all {L} layers × {H} heads over {n_tokens:,} tokens · {REDUCES[reduce]} of "
               f"{block:,}-token blocks · dark = {top:.3g} or more ({QUANTILE}th percentile) · click a head",
         xaxis=dict(title="head", tickvals=np.arange(H) * pitch + centre, ticktext=[str(h) for h in range(H)], side="top",
                    fixedrange=True, showgrid=False, zeroline=False),
         yaxis=dict(title="layer", tickvals=np.arange(L) * pitch + centre, ticktext=[str(l) for l in range(L)],
                    fixedrange=True, showgrid=False, zeroline=False),
-        hovermode="closest", hoverdistance=-1, dragmode=False, margin=dict(l=10, r=10, t=90, b=10),
+        shapes=shapes, hovermode="closest", hoverdistance=-1, dragmode=False, margin=dict(l=10, r=10, t=90, b=10),
         height=int(min(800, max(260, 120 + 900 * L / H))),
-    )
-    return fig
+    ))
 
 
 def _colour_bar(top: float) -> dict:
@@ -92,7 +92,9 @@ def blocks_heatmap(pooled: np.ndarray, starts: np.ndarray, block: int, n_tokens:
     """One head at block resolution: ``pooled`` (s, s) with blocks of ``block`` tokens beginning at ``starts`` (s,),
     axes in token positions; ``window`` (start, stop) is outlined. A box dragged on it is a selection."""
     top = colour_top(pooled)
-    fig = go.Figure([
+    shapes = [] if window is None else [dict(type="rect", x0=window[0], x1=window[1], y0=window[0], y1=window[1],
+                                             line=dict(color="#d62728", width=2))]
+    return go.Figure([
         go.Heatmap(
             z=np.asarray(pooled, np.float32), x=starts, y=starts, zmin=0, zmax=top, colorscale=PROB_SCALE,
             colorbar=_colour_bar(top),
@@ -101,20 +103,16 @@ def blocks_heatmap(pooled: np.ndarray, starts: np.ndarray, block: int, n_tokens:
         # Heatmaps are not selectable in plotly: two invisible corner points let a dragged box be reported.
         go.Scatter(x=[0, n_tokens], y=[0, n_tokens], mode="markers", marker=dict(opacity=0), hoverinfo="skip",
                    showlegend=False),
-    ])
-    if window is not None:
-        a, b = window
-        fig.add_shape(type="rect", x0=a, x1=b, y0=a, y1=b, line=dict(color="#d62728", width=2))
-    fig.update_layout(
+    ], layout=dict(
         title=dict(text=f"{title} · {REDUCES[reduce]} of {block:,}-token blocks",  # one line overflowed a column
                    subtitle=dict(text=f"key positions across · colours up to the {QUANTILE}th percentile · "
                                       "drag a box to zoom")),  # names the key axis: its own title overlapped this
+        shapes=shapes,
         dragmode="select",
-        xaxis=dict(side="top", range=[0, n_tokens], ticklabeloverflow="allow"),  # see below
+        xaxis=dict(side="top", range=[0, n_tokens], ticklabeloverflow="allow"),  # see window_heatmap
         yaxis=dict(title="query position", autorange="reversed", ticklabeloverflow="allow"),
         margin=dict(l=10, r=10, t=110, b=10), height=580,  # the title and subtitle above the key axis's labels
-    )
-    return fig
+    ))
 
 
 def window_heatmap(w: np.ndarray, start: int, tokens, title: str) -> go.Figure:
@@ -130,11 +128,10 @@ def window_heatmap(w: np.ndarray, start: int, tokens, title: str) -> go.Figure:
     (yticks, ytext), (xticks, xtext) = ticks(WINDOW_TICKS), ticks(WINDOW_KEY_TICKS)
     top = colour_top(w)
     height = min(940, 360 + 12 * min(n, WINDOW_TICKS))
-    fig = go.Figure(go.Heatmap(
+    return go.Figure(go.Heatmap(
         z=np.asarray(w, np.float32), x=pos, y=pos, zmin=0, zmax=top, colorscale=PROB_SCALE, colorbar=_colour_bar(top),
         hovertemplate="query %{y} · key %{x}<br>weight %{z:.5f}<extra></extra>",
-    ))
-    fig.update_layout(
+    ), layout=dict(
         # The title sits 65 px down (Streamlit's chart toolbar hides the top strip) and names the key axis itself:
         # the slanted key labels take the rest of the top margin, where an axis title and the title overlapped them.
         title=dict(text=f"{title} · tokens {start:,}–{start + n - 1:,}, exact weights",
@@ -144,8 +141,7 @@ def window_heatmap(w: np.ndarray, start: int, tokens, title: str) -> go.Figure:
         xaxis=dict(side="top", tickvals=xticks, ticktext=xtext, tickangle=-60, ticklabeloverflow="allow"),
         yaxis=dict(title="query", tickvals=yticks, ticktext=ytext, autorange="reversed", ticklabeloverflow="allow"),
         margin=dict(l=10, r=10, t=250, b=10), height=height,
-    )
-    return fig
+    ))
 
 
 def reach_lines(row: np.ndarray, col: np.ndarray, focus: int, label: str, title: str) -> go.Figure:
@@ -153,19 +149,18 @@ def reach_lines(row: np.ndarray, col: np.ndarray, focus: int, label: str, title:
 
     SVG lines, not WebGL: plotly simplifies the path (16,384 noisy points drew as ~4,200, in 0.1–0.25 s), while a
     browser without a GPU draws WebGL in software (3.2 s for this chart at 16,384 points in headless Chromium)."""
-    fig = go.Figure([
+    return go.Figure([
         go.Scatter(y=np.asarray(row, np.float32), x0=0, dx=1, mode="lines", name="it attends to (its row)",
                    hovertemplate="key %{x}: %{y:.4g}<extra>attends to</extra>"),
         go.Scatter(y=np.asarray(col, np.float32), x0=0, dx=1, mode="lines", name="attends to it (its column)",
                    hovertemplate="query %{x}: %{y:.4g}<extra>attends to it</extra>"),
-    ])
-    fig.add_vline(x=focus, line=dict(color="#d62728", dash="dot"))
-    fig.update_layout(
+    ], layout=dict(
         title=f"{title} · “{html.escape(label, quote=False)}” at {focus:,}", xaxis=dict(title="position"),
         yaxis=dict(title="weight", rangemode="tozero"), height=340, margin=dict(l=10, r=10, t=60, b=10),
         legend=dict(orientation="h", y=-0.25),
-    )
-    return fig
+        shapes=[dict(type="line", x0=focus, x1=focus, xref="x", y0=0, y1=1, yref="y domain",  # the token's position
+                     line=dict(color="#d62728", dash="dot"))],
+    ))
 
 
 def reach_html(tokens, word_ids, weights: np.ndarray, focus: int, height: int = 320, floor: float = 0.03,
@@ -200,41 +195,37 @@ def sink_grid(share: np.ndarray, threshold: float, what: str = "the first token"
     """(L, H) share of each head's weight on ``what``; heads at or above ``threshold`` are marked ●."""
     L, H = share.shape
     marks = np.where(share >= threshold, "●", "")
-    fig = go.Figure(go.Heatmap(
+    return go.Figure(go.Heatmap(
         z=np.asarray(share, np.float32), x=np.arange(H), y=np.arange(L), zmin=0, zmax=1, colorscale=PROB_SCALE,
         text=marks, texttemplate="%{text}", colorbar=dict(title="share"),
         hovertemplate=f"layer %{{y}}, head %{{x}}<br>%{{z:.1%}} of its weight on {what}<extra></extra>",
-    ))
-    fig.update_layout(
+    ), layout=dict(
         title=f"share of attention to {what} · ● at least {threshold:.0%}: an attention sink (Xiao et al. 2023)",
         xaxis=dict(title="head", tickvals=list(range(H)), side="top"),
         yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed"),
         height=int(min(700, 160 + 36 * L)), margin=dict(l=10, r=10, t=80, b=10),
-    )
-    return fig
+    ))
 
 
 def received_line(received: np.ndarray, n_queries: int, title: str) -> go.Figure:
     """The share of all weight each key position receives (``received`` (Tk,) summed over ``n_queries`` rows)."""
-    fig = go.Figure(go.Scatter(y=np.asarray(received, np.float32) / n_queries, x0=0, dx=1, mode="lines",
-                               hovertemplate="key %{x}: %{y:.3%} of the weight<extra></extra>"))
-    fig.update_layout(title=f"{title} · share of the weight each key receives", xaxis=dict(title="key position"),
-                      yaxis=dict(title="share", type="log"), height=300, margin=dict(l=10, r=10, t=50, b=10))
-    return fig
+    return go.Figure(go.Scatter(y=np.asarray(received, np.float32) / n_queries, x0=0, dx=1, mode="lines",
+                                hovertemplate="key %{x}: %{y:.3%} of the weight<extra></extra>"),
+                     layout=dict(title=f"{title} · share of the weight each key receives",
+                                 xaxis=dict(title="key position"), yaxis=dict(title="share", type="log"), height=300,
+                                 margin=dict(l=10, r=10, t=50, b=10)))
 
 
 def distance_profile(distance: np.ndarray, labels: list[str], title: str, selected: int | None = None) -> go.Figure:
     """(H, bins) share of each head's weight by query–key distance, one line per head over log bins."""
-    fig = go.Figure([
+    return go.Figure([
         go.Scatter(x=np.arange(len(labels)), y=np.asarray(d, np.float32), mode="lines+markers", name=f"head {h}",
                    line=dict(width=4 if h == selected else 1.5),
                    hovertemplate=f"head {h} · distance %{{customdata}}<br>%{{y:.1%}}<extra></extra>",
                    customdata=labels)
         for h, d in enumerate(distance)
-    ])
-    fig.update_layout(
+    ], layout=dict(
         title=f"{title} · how weight falls off with query–key distance (log bins)",
         xaxis=dict(title="distance |query − key| in tokens", tickvals=list(range(len(labels))), ticktext=labels),
         yaxis=dict(title="share of the weight", rangemode="tozero"), height=360, margin=dict(l=10, r=10, t=50, b=10),
-    )
-    return fig
+    ))

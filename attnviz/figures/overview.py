@@ -70,7 +70,16 @@ def head_grid(attn: np.ndarray, masked: np.ndarray | None = None, selected: tupl
     image = mosaic(attn, masked, log_scale, tile, full_range=full_range)
     sq, sk = min(Tq, tile) + 1, min(Tk, tile) + 1  # tile pitch in pixels, gap included
     layer, head = np.divmod(np.arange(L * H), H)  # (L·H,) each point's layer and head
-    fig = go.Figure(
+    shapes = []
+    if selected is not None:
+        l, h = selected
+        x0, x1 = (-1, H * sk - 1) if h is None else (h * sk - 1, h * sk + sk - 1)
+        # On the gap pixels around the tile (or the row).
+        shapes.append(dict(type="rect", x0=x0, x1=x1, y0=l * sq - 1, y1=l * sq + sq - 1,
+                           line=dict(color="#d62728", width=2)))
+    scale = "colours 0–1" if full_range or log_scale else "each head on its own colour range"
+    title, top = top_title(f"all {L} layers × {H} heads · {scale} · click a head to open it")
+    return go.Figure(
         [
             go.Image(source=image_array_to_data_uri(image), hoverinfo="skip"),
             go.Scatter(
@@ -84,28 +93,20 @@ def head_grid(attn: np.ndarray, masked: np.ndarray | None = None, selected: tupl
                 hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>click to open<extra></extra>",
                 showlegend=False,
             ),
-        ]
+        ],
+        layout=dict(
+            title=title,
+            xaxis=dict(title="head", tickvals=np.arange(H) * sk + (sk - 2) / 2, ticktext=[str(h) for h in range(H)],
+                       side="top", fixedrange=True, showgrid=False, zeroline=False, range=[-0.5, image.shape[1] - 0.5]),
+            # Pixels need not be square: the mosaic fills whatever width the page gives it, with no empty bands.
+            yaxis=dict(title="layer", tickvals=np.arange(L) * sq + (sq - 2) / 2, ticktext=[str(l) for l in range(L)],
+                       fixedrange=True, showgrid=False, zeroline=False, scaleanchor=False,
+                       range=[image.shape[0] - 0.5, -0.5]),
+            shapes=shapes,
+            hovermode="closest",
+            hoverdistance=-1,
+            dragmode=False,
+            margin=dict(l=10, r=10, t=top, b=10),
+            height=top + int(min(700, max(200, 40 + 900 * L / H))),
+        ),
     )
-    if selected is not None:
-        l, h = selected
-        x0, x1 = (-1, H * sk - 1) if h is None else (h * sk - 1, h * sk + sk - 1)
-        # On the gap pixels around the tile (or the row).
-        fig.add_shape(type="rect", x0=x0, x1=x1, y0=l * sq - 1, y1=l * sq + sq - 1,
-                      line=dict(color="#d62728", width=2))
-    scale = "colours 0–1" if full_range or log_scale else "each head on its own colour range"
-    title, top = top_title(f"all {L} layers × {H} heads · {scale} · click a head to open it")
-    fig.update_layout(
-        title=title,
-        xaxis=dict(title="head", tickvals=np.arange(H) * sk + (sk - 2) / 2, ticktext=[str(h) for h in range(H)],
-                   side="top", fixedrange=True, showgrid=False, zeroline=False, range=[-0.5, image.shape[1] - 0.5]),
-        # Pixels need not be square: the mosaic fills whatever width the page gives it, with no empty bands.
-        yaxis=dict(title="layer", tickvals=np.arange(L) * sq + (sq - 2) / 2, ticktext=[str(l) for l in range(L)],
-                   fixedrange=True, showgrid=False, zeroline=False, scaleanchor=False,
-                   range=[image.shape[0] - 0.5, -0.5]),
-        hovermode="closest",
-        hoverdistance=-1,
-        dragmode=False,
-        margin=dict(l=10, r=10, t=top, b=10),
-        height=top + int(min(700, max(200, 40 + 900 * L / H))),
-    )
-    return fig
