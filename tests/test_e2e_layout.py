@@ -85,6 +85,33 @@ def test_no_text_on_text_nothing_cut_and_columns_that_fit(browser, app_url, widt
     assert not problems, "\n".join(problems)
 
 
+# Each chart's sides the plot area grew past the margin its figure set: plotly's automargin makes room for a tick
+# label, an axis title, a colour bar or a legend by laying the whole figure out a second time.
+GREW = """() => [...document.querySelectorAll('.js-plotly-plot')].map(gd => {
+  const size = gd._fullLayout._size, margin = gd.layout.margin || {};
+  const key = [...gd.closest('[class*="st-key-"]').classList].find(c => c.startsWith('st-key-'));
+  return [key, ['l', 'r', 't', 'b'].filter(side => Math.round(size[side]) > (margin[side] ?? 80))];
+})"""
+
+
+@pytest.mark.parametrize("width", (1400, 800))
+def test_the_attention_and_long_text_charts_are_laid_out_once(browser, app_url, width):
+    """Their margins already hold every label (the long words' too), so plotly lays each out once. (On a phone the
+    reach's legend wraps and the distance labels tilt: those two charts grow there, as the layout test allows.)"""
+    grown = []
+    for path in (PAGES["attention"], f"/Long_text?text={TEXT}"):
+        context, page = open_page(browser, app_url + path, width)
+        try:
+            page.set_viewport_size({"width": width, "height": 4000})
+            settled(page, 1000)
+            charts = page.evaluate(GREW)
+            assert len(charts) >= 5, (path, charts)
+            grown += [f"{path.split('?')[0]}@{width}: {key} grew {sides}" for key, sides in charts if sides]
+        finally:
+            context.close()
+    assert not grown, "\n".join(grown)
+
+
 def test_a_causal_models_masked_caption_is_whole(browser, app_url, tiny_model):
     folder = quote(str(tiny_model("gpt2")))
     for width in (1400, 390):

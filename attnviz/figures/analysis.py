@@ -7,7 +7,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import PROB_SCALE, safe, top_title
+from .common import NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, safe, top_title
 
 DIVERGING = "RdBu_r"  # signed values: blue below zero, red above, white at zero
 RELEVANCE_RGB = "214, 39, 40"  # the text's highlight colour; alpha carries the relevance
@@ -51,7 +51,7 @@ def head_map(values: np.ndarray, title: str, zrange: tuple[float, float] | None 
                        zeroline=False),
             hovermode="closest",
             dragmode=False,
-            margin=dict(l=10, r=10, t=top, b=10),
+            margin=dict(l=NUMBERS_LEFT, r=SIDE_KEY, t=top, b=10),
             height=top + int(min(600, max(160, 40 + 40 * L))),
         ),
     )

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from ..views import StackView, colour_position, colour_top, focus_weights, head_weights, log_ticks
 from .analysis import head_map
-from .common import LINE_BREAK, PROB_SCALE, safe, top_title
+from .common import LABELS_BELOW, LINE_BREAK, NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, labels_margin, safe, top_title
 from .overview import MASK_COLOUR, head_grid
 
 # Above this many cells a log-scale heatmap sends its colours as uint8 (steps of 1/255) beside the float32
@@ -56,7 +56,7 @@ def weights_heatmap(
         title=title,
         xaxis=dict(title=x_title, type="category", tickangle=-60, side="top", automargin=True),
         yaxis=dict(title=y_title, type="category", autorange="reversed", automargin=True),
-        margin=dict(l=10, r=10, t=top, b=10),
+        margin=dict(l=labels_margin(safe(y_labels)), r=SIDE_KEY, t=top, b=LABELS_BELOW),
         height=top + (min(800, 200 + 14 * len(y_labels)) if height is None else height),
     )
     if masked is not None and np.asarray(masked).any():
@@ -114,7 +114,8 @@ def focus_bars(weights: np.ndarray, labels, title: str = "", axis_title: str = "
             hovertemplate=f"{axis_title} %{{x}}<br>weight %{{y:.3g}}<extra></extra>",
         ),
         layout=dict(
-            title=title, height=290 + top, margin=dict(l=10, r=10, t=top, b=10),
+            title=title, height=290 + top,
+            margin=dict(l=NUMBERS_LEFT, r=10, t=top, b=labels_margin(safe(labels), rotated=True)),
             xaxis=dict(title=axis_title, type="category", tickangle=-60),
             yaxis=dict(title="weight", rangemode="tozero"),
         ),

@@ -21,6 +21,24 @@ TICK_CHAR = 8.0  # pixels per character of a tick label, a little more than the 
 AXIS_TITLE = 40  # pixels an axis title and its standoff take beyond the tick labels
 
 
+# Side margins that already hold what plotly's automargin pushes out (tick labels with their axis title, a colour
+# bar, a legend), so a figure is laid out once: where a margin is too small, plotly lays the whole figure out a
+# second time (the Attention page's five charts at 20 tokens drew in 0.29 s in Chromium so, 0.15 s with room to
+# spare). An estimate that falls short still shows everything, after that second pass.
+NUMBERS_LEFT = 86  # an axis of short numbers and its title, left of the plot
+NUMBERS_BELOW = 70  # the same under the plot
+LEGEND_BELOW = 92  # an axis of numbers, its title and a one-row legend under the plot
+SIDE_KEY = 124  # a colour bar and its labels, or a legend of short names, right of the plot
+EDGE = 28  # a line chart's last tick label, centred on the plot's right edge
+LABELS_BELOW = 20  # an axis of labels beside the plot: its last label, centred on the plot's bottom edge
+
+
+def labels_margin(labels, rotated: bool = False) -> int:
+    """Room for an axis of text ``labels`` and its title: beside the plot, or under it with the labels at −60°."""
+    longest = max((len(str(s)) for s in labels), default=0)
+    return int(62 + longest * TICK_CHAR * (0.87 if rotated else 1.0))
+
+
 def wrap_title(text: str, width: int = WRAP_TITLE) -> str:
     """``text`` in lines of at most ``width`` characters joined by ``LINE_BREAK``: its " · " parts
     share a line while they fit, a longer part breaks at spaces (a longer word keeps a line of its own)."""

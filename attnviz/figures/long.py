@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
 from ..tokens import clean
-from .common import PROB_SCALE, safe
+from .common import EDGE, LABELS_BELOW, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, labels_margin, safe
 
 OVERVIEW_PIXELS = 100_000  # the mosaic's pixel budget: ≲ 0.35 MB of PNG (noise-like maps) for any number of heads
 QUANTILE = 99.5  # colour ranges run up to this percentile of what is drawn, written on the figure
@@ -77,7 +77,8 @@ def head_mosaic(pooled: np.ndarray, reduce: str, n_tokens: int, block: int, sele
                    fixedrange=True, showgrid=False, zeroline=False),
         yaxis=dict(title="layer", tickvals=np.arange(L) * pitch + centre, ticktext=[str(l) for l in range(L)],
                    fixedrange=True, showgrid=False, zeroline=False),
-        shapes=shapes, hovermode="closest", hoverdistance=-1, dragmode=False, margin=dict(l=10, r=10, t=90, b=10),
+        shapes=shapes, hovermode="closest", hoverdistance=-1, dragmode=False,
+        margin=dict(l=NUMBERS_LEFT, r=10, t=90, b=10),
         height=int(min(800, max(260, 120 + 900 * L / H))),
     ))
 
@@ -111,7 +112,7 @@ def blocks_heatmap(pooled: np.ndarray, starts: np.ndarray, block: int, n_tokens:
         dragmode="select",
         xaxis=dict(side="top", range=[0, n_tokens], ticklabeloverflow="allow"),  # see window_heatmap
         yaxis=dict(title="query position", autorange="reversed", ticklabeloverflow="allow"),
-        margin=dict(l=10, r=10, t=110, b=10), height=580,  # the title and subtitle above the key axis's labels
+        margin=dict(l=NUMBERS_LEFT, r=SIDE_KEY, t=110, b=10), height=580,  # the title and subtitle above the key axis's labels
     ))
 
 
@@ -140,7 +141,7 @@ def window_heatmap(w: np.ndarray, start: int, tokens, title: str) -> go.Figure:
         # hide those past the figure's edge (0.44 s of a zoom's 1 s in Chromium); the margins already fit them.
         xaxis=dict(side="top", tickvals=xticks, ticktext=xtext, tickangle=-60, ticklabeloverflow="allow"),
         yaxis=dict(title="query", tickvals=yticks, ticktext=ytext, autorange="reversed", ticklabeloverflow="allow"),
-        margin=dict(l=10, r=10, t=250, b=10), height=height,
+        margin=dict(l=labels_margin(ytext), r=SIDE_KEY, t=250, b=LABELS_BELOW), height=height,
     ))
 
 
@@ -156,7 +157,8 @@ def reach_lines(row: np.ndarray, col: np.ndarray, focus: int, label: str, title:
                    hovertemplate="query %{x}: %{y:.4g}<extra>attends to it</extra>"),
     ], layout=dict(
         title=f"{title} · “{html.escape(label, quote=False)}” at {focus:,}", xaxis=dict(title="position"),
-        yaxis=dict(title="weight", rangemode="tozero"), height=340, margin=dict(l=10, r=10, t=60, b=10),
+        yaxis=dict(title="weight", rangemode="tozero"), height=340,
+        margin=dict(l=NUMBERS_LEFT, r=EDGE, t=60, b=LEGEND_BELOW),
         legend=dict(orientation="h", y=-0.25),
         shapes=[dict(type="line", x0=focus, x1=focus, xref="x", y0=0, y1=1, yref="y domain",  # the token's position
                      line=dict(color="#d62728", dash="dot"))],
@@ -203,7 +205,7 @@ def sink_grid(share: np.ndarray, threshold: float, what: str = "the first token"
         title=f"share of attention to {what} · ● at least {threshold:.0%}: an attention sink (Xiao et al. 2023)",
         xaxis=dict(title="head", tickvals=list(range(H)), side="top"),
         yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed"),
-        height=int(min(700, 160 + 36 * L)), margin=dict(l=10, r=10, t=80, b=10),
+        height=int(min(700, 160 + 36 * L)), margin=dict(l=NUMBERS_LEFT, r=SIDE_KEY, t=80, b=10),
     ))
 
 
@@ -213,7 +215,7 @@ def received_line(received: np.ndarray, n_queries: int, title: str) -> go.Figure
                                 hovertemplate="key %{x}: %{y:.3%} of the weight<extra></extra>"),
                      layout=dict(title=f"{title} · share of the weight each key receives",
                                  xaxis=dict(title="key position"), yaxis=dict(title="share", type="log"), height=300,
-                                 margin=dict(l=10, r=10, t=50, b=10)))
+                                 margin=dict(l=NUMBERS_LEFT, r=EDGE, t=50, b=NUMBERS_BELOW)))
 
 
 def distance_profile(distance: np.ndarray, labels: list[str], title: str, selected: int | None = None) -> go.Figure:
@@ -227,5 +229,6 @@ def distance_profile(distance: np.ndarray, labels: list[str], title: str, select
     ], layout=dict(
         title=f"{title} · how weight falls off with query–key distance (log bins)",
         xaxis=dict(title="distance |query − key| in tokens", tickvals=list(range(len(labels))), ticktext=labels),
-        yaxis=dict(title="share of the weight", rangemode="tozero"), height=360, margin=dict(l=10, r=10, t=50, b=10),
+        yaxis=dict(title="share of the weight", rangemode="tozero"), height=360,
+        margin=dict(l=NUMBERS_LEFT, r=SIDE_KEY, t=50, b=NUMBERS_BELOW),
     ))

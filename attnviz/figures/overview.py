@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
 from ..views import colour_position, colour_tops
-from .common import PROB_SCALE, top_title
+from .common import NUMBERS_LEFT, PROB_SCALE, top_title
 
 TILE = 64  # pixels per tile side at most; more than a tile ever gets on screen in a 12-head row
 MASK_COLOUR = "#d9d9d9"  # cells a causal model cannot attend to (future tokens), here and in the heatmaps
@@ -106,7 +106,7 @@ def head_grid(attn: np.ndarray, masked: np.ndarray | None = None, selected: tupl
             hovermode="closest",
             hoverdistance=-1,
             dragmode=False,
-            margin=dict(l=10, r=10, t=top, b=10),
+            margin=dict(l=NUMBERS_LEFT, r=10, t=top, b=10),
             height=top + int(min(700, max(200, 40 + 900 * L / H))),
         ),
     )
