@@ -66,21 +66,20 @@ def relevance_map(relevance: np.ndarray, labels, title: str, value_name: str = "
     L, T = relevance.shape
     if T != len(labels):
         raise ValueError(f"relevance has {T} tokens but there are {len(labels)} labels")
-    fig = go.Figure(
+    title, top = top_title(html.escape(title, quote=False), safe(labels))
+    return go.Figure(
         go.Heatmap(
             z=relevance, x=safe(labels), zmin=0.0, zmax=1.0, colorscale=PROB_SCALE, colorbar=dict(title=value_name),
             hovertemplate=f"after layer %{{y}}<br>token %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>",
-        )
+        ),
+        layout=dict(
+            title=title,
+            xaxis=dict(title="input token", type="category", tickangle=-60, side="top"),
+            yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed"),
+            margin=dict(l=10, r=10, t=top, b=10),
+            height=top + int(min(500, max(160, 40 + 30 * L))),
+        ),
     )
-    title, top = top_title(html.escape(title, quote=False), safe(labels))
-    fig.update_layout(
-        title=title,
-        xaxis=dict(title="input token", type="category", tickangle=-60, side="top"),
-        yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed"),
-        margin=dict(l=10, r=10, t=top, b=10),
-        height=top + int(min(500, max(160, 40 + 30 * L))),
-    )
-    return fig
 
 
 def relevance_html(labels, relevance: np.ndarray) -> str:
@@ -103,20 +102,19 @@ def difference_map(diff: np.ndarray, labels, title: str) -> go.Figure:
     diff = np.asarray(diff, np.float64)
     if diff.shape != (len(labels), len(labels)):
         raise ValueError(f"difference is {diff.shape} but there are {len(labels)} labels")
-    top = float(np.clip(np.abs(diff).max(initial=0.0), 1e-6, 1.0))
-    fig = go.Figure(
+    limit = float(np.clip(np.abs(diff).max(initial=0.0), 1e-6, 1.0))
+    title, top = top_title(html.escape(title, quote=False), safe(labels))
+    return go.Figure(
         go.Heatmap(
-            z=diff, x=safe(labels), y=safe(labels), zmin=-top, zmax=top, colorscale=DIVERGING,
+            z=diff, x=safe(labels), y=safe(labels), zmin=-limit, zmax=limit, colorscale=DIVERGING,
             colorbar=dict(title="A − B"),
             hovertemplate="query %{y}<br>key %{x}<br>A − B %{z:.4f}<extra></extra>",
-        )
+        ),
+        layout=dict(
+            title=title,
+            xaxis=dict(title="key", type="category", tickangle=-60, side="top"),
+            yaxis=dict(title="query", type="category", autorange="reversed"),
+            margin=dict(l=10, r=10, t=top, b=10),
+            height=top + min(800, 200 + 14 * len(labels)),
+        ),
     )
-    title, top = top_title(html.escape(title, quote=False), safe(labels))
-    fig.update_layout(
-        title=title,
-        xaxis=dict(title="key", type="category", tickangle=-60, side="top"),
-        yaxis=dict(title="query", type="category", autorange="reversed"),
-        margin=dict(l=10, r=10, t=top, b=10),
-        height=top + min(800, 200 + 14 * len(labels)),
-    )
-    return fig

@@ -30,13 +30,12 @@ def step_attention(weights: np.ndarray, labels, boundary: int, query: int, title
     fig = go.Figure(go.Bar(
         x=x, y=w, marker_color=[PROMPT_COLOUR if i < boundary else NEW_COLOUR for i in x],
         customdata=shown, hovertemplate="key %{customdata}<br>weight %{y:.4f}<extra></extra>",
-    ))
-    fig.update_layout(
+    ), layout=dict(
         title=html.escape(title, quote=False),
         xaxis=dict(title="key (earlier tokens)", tickvals=x.tolist(), ticktext=shown, tickangle=-60),
         yaxis=dict(title="weight", range=[0, max(1e-6, float(w.max()) * 1.1)]),
         margin=dict(l=10, r=10, t=60, b=10), height=360, showlegend=False,
-    )
+    ))
     return mark_boundary(fig, boundary, both=False)
 
 
@@ -45,15 +44,13 @@ def top_tokens(labels, probs: np.ndarray, chosen: str, title: str) -> go.Figure:
     the one generated (``chosen``) in red."""
     p = np.asarray(probs, np.float64)
     shown = safe(labels)
-    fig = go.Figure(go.Bar(
+    return go.Figure(go.Bar(
         x=p, y=list(range(len(p))), orientation="h",
         marker_color=[CHOSEN_COLOUR if t == chosen else PROMPT_COLOUR for t in labels],
         customdata=shown, hovertemplate="%{customdata}<br>p = %{x:.4f}<extra></extra>",
-    ))
-    fig.update_layout(
+    ), layout=dict(
         title=html.escape(title, quote=False),
         xaxis=dict(title="probability", range=[0, 1]),
         yaxis=dict(tickvals=list(range(len(p))), ticktext=shown, autorange="reversed"),
         margin=dict(l=10, r=10, t=60, b=10), height=260, showlegend=False,
-    )
-    return fig
+    ))

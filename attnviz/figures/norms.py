@@ -17,36 +17,34 @@ def stat_heatmap(values: np.ndarray, token_labels, title: str = "", share: bool 
     if len(token_labels) != T:
         raise ValueError(f"the statistic covers {T} tokens but there are {len(token_labels)} labels")
     names = safe(token_labels)
-    fig = go.Figure(
+    labelled = dict(tickvals=list(range(T)), ticktext=names) if T <= MAX_TICKS else {}
+    return go.Figure(
         go.Heatmap(
             z=values, x=np.arange(T), y=np.arange(L), customdata=np.tile(np.array(names, dtype=object), (L, 1)),
             colorscale="Viridis", zmin=0.0 if share else None, zmax=1.0 if share else None,
             hovertemplate="layer %{y}<br>token %{x}: %{customdata}<br>%{z:.4g}<extra></extra>",
-        )
+        ),
+        layout=dict(
+            title=title,
+            xaxis=dict(title="token", tickangle=-60, **labelled),
+            yaxis=dict(title="layer", autorange="reversed", dtick=1),
+            margin=dict(l=10, r=10, t=50 if title else 20, b=10),
+            height=240 + 28 * L,
+        ),
     )  # fmt: skip
-    fig.update_layout(
-        title=title,
-        xaxis=dict(title="token", tickangle=-60),
-        yaxis=dict(title="layer", autorange="reversed", dtick=1),
-        margin=dict(l=10, r=10, t=50 if title else 20, b=10),
-        height=240 + 28 * L,
-    )
-    if T <= MAX_TICKS:
-        fig.update_xaxes(tickvals=list(range(T)), ticktext=names)
-    return fig
 
 
 def layer_profile(stats: dict, names, title: str = "") -> go.Figure:
     """Mean over tokens of chosen statistics (each (L, T)), one curve per statistic across layers."""
-    fig = go.Figure()
-    for name in names:
-        values = np.asarray(stats[name], np.float32)
-        fig.add_trace(go.Scatter(x=np.arange(values.shape[0]), y=values.mean(1), mode="lines+markers", name=name))
-    fig.update_layout(
-        title=title, xaxis=dict(title="layer", dtick=1), yaxis_title="mean over tokens",
-        margin=dict(l=10, r=10, t=50 if title else 20, b=10), height=340,
+    curves = [np.asarray(stats[name], np.float32) for name in names]  # each (L, T)
+    return go.Figure(
+        [go.Scatter(x=np.arange(v.shape[0]), y=v.mean(1), mode="lines+markers", name=name)
+         for name, v in zip(names, curves)],
+        layout=dict(
+            title=title, xaxis=dict(title="layer", dtick=1), yaxis_title="mean over tokens",
+            margin=dict(l=10, r=10, t=50 if title else 20, b=10), height=340,
+        ),
     )  # fmt: skip
-    return fig
 
 
 def weight_heatmap(z: np.ndarray, q_labels, k_labels, title: str = "", zmax: float | None = None) -> go.Figure:
@@ -54,20 +52,19 @@ def weight_heatmap(z: np.ndarray, q_labels, k_labels, title: str = "", zmax: flo
     z = np.asarray(z, np.float32)
     if z.shape != (len(q_labels), len(k_labels)):
         raise ValueError(f"weights are {z.shape} but there are {len(q_labels)} × {len(k_labels)} labels")
-    top = zmax if zmax is not None else float(z.max()) or 1.0
-    fig = go.Figure(
+    zmax = zmax if zmax is not None else float(z.max()) or 1.0
+    title, top = top_title(title, safe(k_labels))
+    return go.Figure(
         go.Heatmap(
-            z=z, x=safe(k_labels), y=safe(q_labels), zmin=0.0, zmax=top, colorscale="Oranges",
+            z=z, x=safe(k_labels), y=safe(q_labels), zmin=0.0, zmax=zmax, colorscale="Oranges",
             colorbar=dict(title="‖αf‖"),
             hovertemplate="query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>",
-        )
+        ),
+        layout=dict(
+            title=title,
+            xaxis=dict(title="key", type="category", tickangle=-60, side="top"),
+            yaxis=dict(title="query", type="category", autorange="reversed"),
+            margin=dict(l=10, r=10, t=top, b=10),
+            height=top + min(800, 200 + 14 * len(q_labels)),
+        ),
     )  # fmt: skip
-    title, top = top_title(title, safe(k_labels))
-    fig.update_layout(
-        title=title,
-        xaxis=dict(title="key", type="category", tickangle=-60, side="top"),
-        yaxis=dict(title="query", type="category", autorange="reversed"),
-        margin=dict(l=10, r=10, t=top, b=10),
-        height=top + min(800, 200 + 14 * len(q_labels)),
-    )
-    return fig

@@ -10,15 +10,17 @@ from .common import PROB_SCALE
 SIGNED_SCALE = "RdBu_r"  # values around 0: blue negative, white 0, red positive
 
 
-def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 420, reversed_y: bool = True) -> go.Figure:
-    fig.update_layout(
+def _layout(title: str, x: str, y: str, height: int = 420, reversed_y: bool = True, xaxis=None, yaxis=None,
+            **more) -> dict:
+    """The layout these figures share: ``xaxis`` and ``yaxis`` add to the axes, ``more`` to the layout."""
+    return dict(
         title=title,
-        xaxis_title=x,
-        yaxis=dict(title=y, autorange="reversed" if reversed_y else True),
+        xaxis=dict(title=x, **(xaxis or {})),
+        yaxis=dict(title=y, autorange="reversed" if reversed_y else True, **(yaxis or {})),
         margin=dict(l=10, r=10, t=50 if title else 20, b=10),
         height=height,
+        **more,
     )
-    return fig
 
 
 def robust_limit(values: np.ndarray, q: float = 99.0) -> float:
@@ -33,68 +35,64 @@ def encoding_heatmap(table: np.ndarray, title: str = "") -> go.Figure:
     99th percentile of |value| (larger values share the end colours)."""
     table = np.asarray(table, np.float32)
     lim = robust_limit(table)
-    fig = go.Figure(
+    return go.Figure(
         go.Heatmap(
             z=table, zmin=-lim, zmax=lim, colorscale=SIGNED_SCALE, colorbar=dict(title="value"),
             hovertemplate="position %{y}<br>dimension %{x}<br>value %{z:.4f}<extra></extra>",
-        )
+        ),
+        layout=_layout(title, "dimension", "position"),
     )  # fmt: skip
-    return _layout(fig, title, "dimension", "position")
 
 
 def dimension_curves(table: np.ndarray, dims, title: str = "") -> go.Figure:
     """Chosen columns of a position table (P, D) as curves over position."""
     table = np.asarray(table, np.float32)
-    fig = go.Figure()
     for d in dims:
         if not 0 <= d < table.shape[1]:
             raise ValueError(f"dimension {d} is outside 0…{table.shape[1] - 1}")
-        fig.add_trace(go.Scatter(y=table[:, d], mode="lines", name=f"dim {d}"))
-    return _layout(fig, title, "position", "value", height=320, reversed_y=False)
+    return go.Figure([go.Scatter(y=table[:, d], mode="lines", name=f"dim {d}") for d in dims],
+                     layout=_layout(title, "position", "value", height=320, reversed_y=False))
 
 
 def similarity_heatmap(sim: np.ndarray, metric: str, title: str = "") -> go.Figure:
     """(P, P) similarity of position vectors; a band along the diagonal means similarity follows distance."""
     sim = np.asarray(sim, np.float32)
     lim = float(np.abs(sim).max()) or 1.0
-    fig = go.Figure(
+    return go.Figure(
         go.Heatmap(
             z=sim, zmin=-lim, zmax=lim, colorscale=SIGNED_SCALE, colorbar=dict(title=metric),
             hovertemplate="position %{y} · position %{x}<br>" + metric + " %{z:.4f}<extra></extra>",
-        )
+        ),
+        layout=_layout(title, "position", "position", height=520, xaxis=dict(constrain="domain"),
+                       yaxis=dict(scaleanchor="x", constrain="domain")),
     )  # fmt: skip
-    fig = _layout(fig, title, "position", "position", height=520)
-    fig.update_yaxes(scaleanchor="x", constrain="domain")
-    fig.update_xaxes(constrain="domain")
-    return fig
 
 
 def frequency_plot(freqs: np.ndarray, title: str = "") -> go.Figure:
     """Angular frequency per dimension pair on a log scale; hover gives the wavelength 2π/θ in positions."""
     freqs = np.asarray(freqs, np.float64)
-    fig = go.Figure(
+    return go.Figure(
         go.Scatter(
             y=freqs, mode="lines+markers", customdata=2 * np.pi / freqs, name="θ",
             hovertemplate="pair %{x}<br>θ %{y:.3g} rad/position<br>"
             "wavelength %{customdata:.4g} positions<extra></extra>",
-        )
+        ),
+        layout=_layout(title, "dimension pair i", "θᵢ (radians per position)", height=320, reversed_y=False,
+                       yaxis=dict(type="log")),
     )  # fmt: skip
-    fig = _layout(fig, title, "dimension pair i", "θᵢ (radians per position)", height=320, reversed_y=False)
-    fig.update_yaxes(type="log")
-    return fig
 
 
 def relative_bias_heatmap(table: np.ndarray, offsets: np.ndarray, title: str = "") -> go.Figure:
     """A relative position bias (K offsets, H heads) as heads × offsets."""
     table = np.asarray(table, np.float32)
     lim = float(np.abs(table).max()) or 1.0
-    fig = go.Figure(
+    return go.Figure(
         go.Heatmap(
             z=table.T, x=np.asarray(offsets), zmin=-lim, zmax=lim, colorscale=SIGNED_SCALE, colorbar=dict(title="bias"),
             hovertemplate="head %{y}<br>offset %{x}<br>bias %{z:.4f}<extra></extra>",
-        )
+        ),
+        layout=_layout(title, "offset key − query", "head", height=220 + 12 * table.shape[1]),
     )  # fmt: skip
-    return _layout(fig, title, "offset key − query", "head", height=220 + 12 * table.shape[1])
 
 
 def offset_heatmap(offsets: np.ndarray, means: np.ndarray, title: str = "") -> go.Figure:
@@ -103,26 +101,24 @@ def offset_heatmap(offsets: np.ndarray, means: np.ndarray, title: str = "") -> g
     L, H, K = means.shape
     rows = [f"L{layer} H{head}" for layer in range(L) for head in range(H)]
     top = float(np.nanmax(means)) if np.isfinite(means).any() else 1.0
-    fig = go.Figure(
+    return go.Figure(
         go.Heatmap(
             z=means.reshape(L * H, K), x=np.asarray(offsets), y=rows, zmin=0.0, zmax=top, colorscale=PROB_SCALE,
             colorbar=dict(title="mean weight"),
             hovertemplate="%{y}<br>offset %{x}<br>mean weight %{z:.4f}<extra></extra>",
-        )
+        ),
+        layout=_layout(title, "offset key − query", "layer, head", height=min(1200, 220 + 10 * L * H),
+                       yaxis=dict(type="category")),
     )  # fmt: skip
-    fig = _layout(fig, title, "offset key − query", "layer, head", height=min(1200, 220 + 10 * L * H))
-    fig.update_yaxes(type="category")
-    return fig
 
 
 def offset_curves(offsets: np.ndarray, means: np.ndarray, title: str = "") -> go.Figure:
     """Mean attention by offset averaged over heads: one curve per layer."""
     means = np.asarray(means, np.float32)
-    fig = go.Figure()
     # Offsets without pairs are NaN in every head alike, so a plain mean keeps them as gaps.
-    for layer, curve in enumerate(means.mean(axis=1)):
-        fig.add_trace(go.Scatter(x=np.asarray(offsets), y=curve, mode="lines", name=f"layer {layer}"))
-    return _layout(fig, title, "offset key − query", "mean weight", height=360, reversed_y=False)
+    return go.Figure([go.Scatter(x=np.asarray(offsets), y=curve, mode="lines", name=f"layer {layer}")
+                      for layer, curve in enumerate(means.mean(axis=1))],
+                     layout=_layout(title, "offset key − query", "mean weight", height=360, reversed_y=False))
 
 
 def principal_components(table: np.ndarray, k: int = 3) -> tuple[np.ndarray, np.ndarray]:
@@ -142,9 +138,8 @@ def components_plot(table: np.ndarray, title: str = "", k: int = 3) -> go.Figure
     """The first principal components of a position table (P, D) as curves over position: smooth waves mean
     nearby positions get similar vectors, whatever the raw table looks like."""
     coords, share = principal_components(table, k)
-    fig = go.Figure([go.Scatter(y=coords[:, i], mode="lines", name=f"component {i + 1} ({share[i]:.0%} of variance)",
-                                hovertemplate="position %{x}<br>%{y:.3g}<extra></extra>")
-                     for i in range(coords.shape[1])])
-    fig = _layout(fig, title, "position", "coordinate", height=340, reversed_y=False)
-    fig.update_layout(legend=dict(orientation="h", y=-0.25))
-    return fig
+    return go.Figure([go.Scatter(y=coords[:, i], mode="lines", name=f"component {i + 1} ({share[i]:.0%} of variance)",
+                                 hovertemplate="position %{x}<br>%{y:.3g}<extra></extra>")
+                      for i in range(coords.shape[1])],
+                     layout=_layout(title, "position", "coordinate", height=340, reversed_y=False,
+                                    legend=dict(orientation="h", y=-0.25)))

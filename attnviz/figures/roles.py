@@ -25,7 +25,7 @@ def role_grid(scores: dict[str, np.ndarray], labels: dict[str, str], title: str)
     layer, head = np.divmod(np.arange(L * H), H)  # (L·H,)
     every = "<br>".join(f"{html.escape(labels[r], quote=False)} %{{customdata[{k + 2}]:.3f}}"
                         for k, r in enumerate(names))
-    fig = go.Figure([
+    return go.Figure([
         go.Heatmap(
             z=best, zmin=-0.5, zmax=R - 0.5, colorscale=scale, text=np.round(top, 2), texttemplate="%{text}",
             colorbar=dict(title="strongest role", tickvals=list(range(R)),
@@ -41,13 +41,11 @@ def role_grid(scores: dict[str, np.ndarray], labels: dict[str, str], title: str)
                           "<br>click to open<extra></extra>",
             showlegend=False,
         ),
-    ])
-    fig.update_layout(
+    ], layout=dict(
         title=html.escape(title, quote=False),
         xaxis=dict(title="head", tickvals=list(range(H)), side="top", fixedrange=True, showgrid=False, zeroline=False),
         yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed", fixedrange=True, showgrid=False,
                    zeroline=False),
         hovermode="closest", dragmode=False, margin=dict(l=10, r=10, t=90, b=10),
         height=int(min(700, max(260, 140 + 40 * L))),
-    )
-    return fig
+    ))

@@ -12,7 +12,7 @@ def training_curves(history: list[dict], title: str = "") -> go.Figure:
     """
     steps = [h["step"] for h in history]
     evals = [h for h in history if h["eval_accuracy"] is not None]
-    fig = go.Figure([
+    return go.Figure([
         go.Scatter(x=steps, y=[h["loss"] for h in history], name="loss", line=dict(color="#d62728"),
                    hovertemplate="step %{x}<br>loss %{y:.4f}<extra></extra>"),
         go.Scatter(x=steps, y=[h["accuracy"] for h in history], name="batch accuracy", yaxis="y2",
@@ -20,8 +20,7 @@ def training_curves(history: list[dict], title: str = "") -> go.Figure:
         go.Scatter(x=[h["step"] for h in evals], y=[h["eval_accuracy"] for h in evals], name="held-out accuracy",
                    yaxis="y2", mode="lines+markers", line=dict(color="#08519c", width=3),
                    hovertemplate="step %{x}<br>held-out accuracy %{y:.3f}<extra></extra>"),
-    ])
-    fig.update_layout(
+    ], layout=dict(
         title=title,
         xaxis=dict(title="step", rangemode="tozero"),
         yaxis=dict(title="loss", rangemode="tozero"),
@@ -30,8 +29,7 @@ def training_curves(history: list[dict], title: str = "") -> go.Figure:
         legend=dict(orientation="h", y=-0.2),
         margin=dict(l=10, r=10, t=50 if title else 20, b=10),
         height=360,
-    )
-    return fig
+    ))
 
 
 def lm_curves(history: list[dict], title: str = "") -> go.Figure:
@@ -40,7 +38,7 @@ def lm_curves(history: list[dict], title: str = "") -> go.Figure:
     in which induction heads form (Olsson et al. 2022)."""
     steps = [h["step"] for h in history]
     evals = [h for h in history if h["induction"] is not None]
-    fig = go.Figure([
+    return go.Figure([
         go.Scatter(x=steps, y=[h["loss"] for h in history], name="loss", line=dict(color="#d62728"),
                    hovertemplate="step %{x}<br>loss %{y:.4f}<extra></extra>"),
         go.Scatter(x=[h["step"] for h in evals], y=[h["induction"] for h in evals], name="induction score",
@@ -49,8 +47,7 @@ def lm_curves(history: list[dict], title: str = "") -> go.Figure:
         go.Scatter(x=[h["step"] for h in evals], y=[h["previous"] for h in evals], name="previous-token score",
                    yaxis="y2", mode="lines+markers", line=dict(color="#2ca02c", width=2, dash="dot"),
                    hovertemplate="step %{x}<br>best previous-token score %{y:.3f}<extra></extra>"),
-    ])
-    fig.update_layout(
+    ], layout=dict(
         title=title,
         xaxis=dict(title="step", rangemode="tozero"),
         yaxis=dict(title="loss", rangemode="tozero"),
@@ -59,5 +56,4 @@ def lm_curves(history: list[dict], title: str = "") -> go.Figure:
         legend=dict(orientation="h", y=-0.2),
         margin=dict(l=10, r=10, t=50 if title else 20, b=10),
         height=360,
-    )
-    return fig
+    ))
