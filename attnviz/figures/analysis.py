@@ -7,7 +7,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, safe, top_title
+from .common import NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, safe, token_grid_layout, top_title
 
 DIVERGING = "RdBu_r"  # signed values: blue below zero, red above, white at zero
 RELEVANCE_RGB = "214, 39, 40"  # the text's highlight colour; alpha carries the relevance
@@ -103,18 +103,11 @@ def difference_map(diff: np.ndarray, labels, title: str) -> go.Figure:
     if diff.shape != (len(labels), len(labels)):
         raise ValueError(f"difference is {diff.shape} but there are {len(labels)} labels")
     limit = float(np.clip(np.abs(diff).max(initial=0.0), 1e-6, 1.0))
-    title, top = top_title(html.escape(title, quote=False), safe(labels))
+    names = safe(labels)
     return go.Figure(
         go.Heatmap(
-            z=diff, x=safe(labels), y=safe(labels), zmin=-limit, zmax=limit, colorscale=DIVERGING,
-            colorbar=dict(title="A − B"),
+            z=diff, x=names, y=names, zmin=-limit, zmax=limit, colorscale=DIVERGING, colorbar=dict(title="A − B"),
             hovertemplate="query %{y}<br>key %{x}<br>A − B %{z:.4f}<extra></extra>",
         ),
-        layout=dict(
-            title=title,
-            xaxis=dict(title="key", type="category", tickangle=-60, side="top"),
-            yaxis=dict(title="query", type="category", autorange="reversed"),
-            margin=dict(l=10, r=10, t=top, b=10),
-            height=top + min(800, 200 + 14 * len(labels)),
-        ),
+        layout=token_grid_layout(html.escape(title, quote=False), names, names),
     )

@@ -77,3 +77,16 @@ def top_title(text: str, top_labels=None, rotated: bool = True, top_axis: bool =
     title = dict(text=text, x=0, xref="container", xanchor="left", y=1, yref="paper", yanchor="bottom",
                  pad=dict(b=int(ticks + (lines - 1) * TITLE_LINE + 10), l=10), automargin=False)
     return title, int(22 + lines * TITLE_LINE + ticks)
+
+
+def token_grid_layout(title: str, y_labels, x_labels, y_title: str = "query", x_title: str = "key") -> dict:
+    """The layout of a heatmap with (escaped) text labels on both axes: ``x_labels`` across the top, ``y_labels`` down
+    the side, first on top; the title wrapped above the top labels; 14 px a row (200–800)."""
+    title, top = top_title(title, x_labels)
+    return dict(
+        title=title,
+        xaxis=dict(title=x_title, type="category", tickangle=-60, side="top"),
+        yaxis=dict(title=y_title, type="category", autorange="reversed"),
+        margin=dict(l=10, r=10, t=top, b=10),
+        height=top + min(800, 200 + 14 * len(y_labels)),
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import safe, top_title
+from .common import safe, token_grid_layout
 
 MAX_TICKS = 60  # more token labels than this overlap: the axis keeps numbers and hover names the token
 
@@ -53,18 +53,11 @@ def weight_heatmap(z: np.ndarray, q_labels, k_labels, title: str = "", zmax: flo
     if z.shape != (len(q_labels), len(k_labels)):
         raise ValueError(f"weights are {z.shape} but there are {len(q_labels)} × {len(k_labels)} labels")
     zmax = zmax if zmax is not None else float(z.max()) or 1.0
-    title, top = top_title(title, safe(k_labels))
     return go.Figure(
         go.Heatmap(
             z=z, x=safe(k_labels), y=safe(q_labels), zmin=0.0, zmax=zmax, colorscale="Oranges",
             colorbar=dict(title="‖αf‖"),
             hovertemplate="query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>",
         ),
-        layout=dict(
-            title=title,
-            xaxis=dict(title="key", type="category", tickangle=-60, side="top"),
-            yaxis=dict(title="query", type="category", autorange="reversed"),
-            margin=dict(l=10, r=10, t=top, b=10),
-            height=top + min(800, 200 + 14 * len(q_labels)),
-        ),
+        layout=token_grid_layout(title, safe(q_labels), safe(k_labels)),
     )  # fmt: skip
