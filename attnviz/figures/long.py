@@ -13,7 +13,8 @@ import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
 from ..tokens import clean
-from .common import EDGE, LABELS_BELOW, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, labels_margin, safe
+from .common import (EDGE, LABELS_BELOW, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, labels_margin,
+                     safe)
 
 OVERVIEW_PIXELS = 100_000  # the mosaic's pixel budget: ≲ 0.35 MB of PNG (noise-like maps) for any number of heads
 QUANTILE = 99.5  # colour ranges run up to this percentile of what is drawn, written on the figure
@@ -112,7 +113,8 @@ def blocks_heatmap(pooled: np.ndarray, starts: np.ndarray, block: int, n_tokens:
         dragmode="select",
         xaxis=dict(side="top", range=[0, n_tokens], ticklabeloverflow="allow"),  # see window_heatmap
         yaxis=dict(title="query position", autorange="reversed", ticklabeloverflow="allow"),
-        margin=dict(l=NUMBERS_LEFT, r=SIDE_KEY, t=110, b=10), height=580,  # the title and subtitle above the key axis's labels
+        # The top margin holds the title and subtitle above the key axis's labels.
+        margin=dict(l=NUMBERS_LEFT, r=SIDE_KEY, t=110, b=10), height=580,
     ))
 
 
