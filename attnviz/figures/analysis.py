@@ -66,10 +66,11 @@ def relevance_map(relevance: np.ndarray, labels, title: str, value_name: str = "
     L, T = relevance.shape
     if T != len(labels):
         raise ValueError(f"relevance has {T} tokens but there are {len(labels)} labels")
-    title, top = top_title(html.escape(title, quote=False), safe(labels))
+    names = safe(labels)
+    title, top = top_title(html.escape(title, quote=False), names)
     return go.Figure(
         go.Heatmap(
-            z=relevance, x=safe(labels), zmin=0.0, zmax=1.0, colorscale=PROB_SCALE, colorbar=dict(title=value_name),
+            z=relevance, x=names, zmin=0.0, zmax=1.0, colorscale=PROB_SCALE, colorbar=dict(title=value_name),
             hovertemplate=f"after layer %{{y}}<br>token %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>",
         ),
         layout=dict(

@@ -50,13 +50,13 @@ def weights_heatmap(
         if top < 1:
             text[-1] = f"≥ {text[-1]}"  # larger weights share the darkest colour
         bar_title = "weight" if top == 1 else f"weight{LINE_BREAK}0–{top:.3g}"
-    x_ticks = safe(x_labels)
+    x_ticks, y_ticks = safe(x_labels), safe(y_labels)
     title, top = top_title(title, x_ticks)
     layout = dict(
         title=title,
         xaxis=dict(title=x_title, type="category", tickangle=-60, side="top", automargin=True),
         yaxis=dict(title=y_title, type="category", autorange="reversed", automargin=True),
-        margin=dict(l=labels_margin(safe(y_labels)), r=SIDE_KEY, t=top, b=LABELS_BELOW),
+        margin=dict(l=labels_margin(y_ticks), r=SIDE_KEY, t=top, b=LABELS_BELOW),
         height=top + (min(800, 200 + 14 * len(y_labels)) if height is None else height),
     )
     if masked is not None and np.asarray(masked).any():
@@ -65,7 +65,7 @@ def weights_heatmap(
         go.Heatmap(
             z=z,
             x=x_ticks,
-            y=safe(y_labels),
+            y=y_ticks,
             customdata=customdata,
             zmin=0,
             zmax=zmax,
@@ -108,14 +108,15 @@ def focus_bars(weights: np.ndarray, labels, title: str = "", axis_title: str = "
     if weights.shape != (len(labels),):
         raise ValueError(f"{weights.size} weights but {len(labels)} labels")
     title, top = top_title(title, top_axis=False)
+    names = safe(labels)
     return go.Figure(
         go.Bar(
-            x=safe(labels), y=weights, marker_color="#2171b5",
+            x=names, y=weights, marker_color="#2171b5",
             hovertemplate=f"{axis_title} %{{x}}<br>weight %{{y:.3g}}<extra></extra>",
         ),
         layout=dict(
             title=title, height=290 + top,
-            margin=dict(l=NUMBERS_LEFT, r=10, t=top, b=labels_margin(safe(labels), rotated=True)),
+            margin=dict(l=NUMBERS_LEFT, r=10, t=top, b=labels_margin(names, rotated=True)),
             xaxis=dict(title=axis_title, type="category", tickangle=-60),
             yaxis=dict(title="weight", rangemode="tozero"),
         ),

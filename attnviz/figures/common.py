@@ -19,6 +19,7 @@ WRAP_TITLE = 34  # characters a title line holds at most, so a phone-wide chart 
 TITLE_LINE = 24  # pixels per title line (Streamlit's plotly theme draws titles at about 16 px)
 TICK_CHAR = 8.0  # pixels per character of a tick label, a little more than the widest the theme draws
 AXIS_TITLE = 40  # pixels an axis title and its standoff take beyond the tick labels
+SLANT = 0.87  # sin 60°: the share of its length a tick label at −60° takes across its axis
 
 
 # Side margins that already hold what plotly's automargin pushes out (tick labels with their axis title, a colour
@@ -33,10 +34,14 @@ EDGE = 28  # a line chart's last tick label, centred on the plot's right edge
 LABELS_BELOW = 20  # an axis of labels beside the plot: its last label, centred on the plot's bottom edge
 
 
+def longest_label(labels) -> int:
+    """Pixels the longest of ``labels`` takes at most (TICK_CHAR a character)."""
+    return max((len(str(s)) for s in labels), default=0) * TICK_CHAR
+
+
 def labels_margin(labels, rotated: bool = False) -> int:
     """Room for an axis of text ``labels`` and its title: beside the plot, or under it with the labels at −60°."""
-    longest = max((len(str(s)) for s in labels), default=0)
-    return int(62 + longest * TICK_CHAR * (0.87 if rotated else 1.0))
+    return int(longest_label(labels) * (SLANT if rotated else 1.0) + AXIS_TITLE + 22)  # 22: padding, 10 px of margin
 
 
 def wrap_title(text: str, width: int = WRAP_TITLE) -> str:
@@ -69,8 +74,7 @@ def top_title(text: str, top_labels=None, rotated: bool = True, top_axis: bool =
     elif top_labels is None or not len(top_labels):
         ticks = 26 + AXIS_TITLE
     else:
-        longest = max(len(str(s)) for s in top_labels)
-        ticks = longest * TICK_CHAR * (0.87 if rotated else 0.0) + 16 + AXIS_TITLE  # sin 60° of the length
+        ticks = longest_label(top_labels) * (SLANT if rotated else 0.0) + 16 + AXIS_TITLE
     lines = text.count(LINE_BREAK) + 1 if text else 0
     # Anchored by its bottom line just above the axis's labels: plotly stacks extra lines upwards.
     # The first line sits just above the axis's labels and plotly puts further lines under it: lift it by them.

@@ -53,11 +53,12 @@ def weight_heatmap(z: np.ndarray, q_labels, k_labels, title: str = "", zmax: flo
     if z.shape != (len(q_labels), len(k_labels)):
         raise ValueError(f"weights are {z.shape} but there are {len(q_labels)} × {len(k_labels)} labels")
     zmax = zmax if zmax is not None else float(z.max()) or 1.0
+    rows, columns = safe(q_labels), safe(k_labels)
     return go.Figure(
         go.Heatmap(
-            z=z, x=safe(k_labels), y=safe(q_labels), zmin=0.0, zmax=zmax, colorscale="Oranges",
+            z=z, x=columns, y=rows, zmin=0.0, zmax=zmax, colorscale="Oranges",
             colorbar=dict(title="‖αf‖"),
             hovertemplate="query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>",
         ),
-        layout=token_grid_layout(title, safe(q_labels), safe(k_labels)),
+        layout=token_grid_layout(title, rows, columns),
     )  # fmt: skip
