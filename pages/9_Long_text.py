@@ -1,6 +1,8 @@
 """Long text: every head pooled, a head at block resolution with an exact zoomed window, a token's reach
 across the document, attention sinks and distance profiles — up to ATTNVIZ_MAX_LONG_TOKENS tokens."""
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -94,6 +96,21 @@ def detail() -> None:
 st.subheader("Detail and zoom")
 detail()
 
+
+def follow_point() -> None:
+    """A point clicked on either line of the reach chart: its position becomes the token followed."""
+    points = st.session_state["long_reach"].selection.points
+    if points and "x" in points[0]:
+        st.session_state["token"] = int(points[0]["x"])
+
+
+def follow_row(key: str, positions: list[int]) -> None:
+    """A row picked in the table of strongest positions: its position becomes the token followed."""
+    rows = st.session_state[key].selection.rows
+    if rows:
+        st.session_state["token"] = positions[rows[0]]
+
+
 st.subheader("A token's reach")
 c1, c2 = st.columns([1, 2])
 word = c2.text_input("Find a word", key="find", help="Lists the positions of a token that reads this word.")
@@ -108,16 +125,20 @@ if word:
 focus = int(c1.number_input("Token position", 0, T - 1, key="token", bind="query-params", **initial("token", min(1, T - 1))))
 side = stack.name if stack.name != "self" else None
 row, col = f.trace.row(layer, head, focus, side), f.trace.column(layer, head, focus, side)  # (Tk,), (Tq,)
-st.plotly_chart(figs.reach_lines(row, col, focus, clean(tokens[focus]), name), key="long_reach")
+st.plotly_chart(figs.reach_lines(row, col, focus, clean(tokens[focus]), name), key="long_reach",
+                on_select=follow_point, selection_mode="points")
 direction = st.radio("Shade the text by", ["what it attends to", "what attends to it"], key="reach_dir",
                      horizontal=True, bind="query-params")
-shade = row if direction == "what it attends to" else col
+by_row = direction == "what it attends to"
+shade = row if by_row else col
 st.html(figs.reach_html(tokens, stack.queries.word_ids, shade, focus))
 top = long.top_keys(shade, TOP_K)
+table = f"reach_top_{focus}_{'row' if by_row else 'column'}"  # a new token's table starts with no row picked
 st.dataframe(pd.DataFrame(
     [(int(i), float(shade[i]), *long.context(tokens, int(i))) for i in top],
     columns=["position", "weight", "before", "token", "after"],
-), hide_index=True)
+), hide_index=True, key=table, on_select=partial(follow_row, table, [int(i) for i in top]), selection_mode="single-row")
+st.caption("Click a point on either line, or pick a row of the table, to follow that token.")
 
 st.subheader("Attention received and sinks")
 share = long.first_token_share(survey)

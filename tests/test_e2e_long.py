@@ -1,7 +1,7 @@
 """The Long text page in a real browser at 8,192 tokens: a progress bar while the model runs (and nothing gliding or
 fading beside it), a zoomed link draws the trace's own exact weights, a box dragged on the block map zooms there and
-puts the window in the address, and a new text shows the bar to a reader scrolled down and dims the old page, which
-does not move, while it runs."""
+puts the window in the address, a new text shows the bar to a reader scrolled down and dims the old page, which
+does not move, while it runs; a click on a token's reach follows the token clicked."""
 
 import os
 from urllib.parse import parse_qs, quote, urlsplit
@@ -32,6 +32,18 @@ PIXEL = """(token) => {  // where (key token, query token) is on screen in the b
   const gd = document.querySelector('.st-key-long_blocks .js-plotly-plot'), r = gd.getBoundingClientRect();
   const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
   return [r.left + xa._offset + xa.l2p(token), r.top + ya._offset + ya.l2p(token)];
+}"""
+# The reach chart's title and its row line, once drawn and fresh.
+REACH = """() => {
+  const gd = document.querySelector('.st-key-long_reach .js-plotly-plot');
+  if (!gd || !gd.data || gd.closest('[data-stale="true"]')) return null;
+  const y = gd.data[0].y;
+  return {title: gd.layout.title.text, row: Array.from(y && y._inputArray ? y._inputArray : y)};
+}"""
+REACH_PIXEL = """([x, y]) => {  // where (position, weight) is on screen in the reach chart
+  const gd = document.querySelector('.st-key-long_reach .js-plotly-plot'), r = gd.getBoundingClientRect();
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  return [r.left + xa._offset + xa.l2p(x), r.top + ya._offset + ya.l2p(y)];
 }"""
 # The CSS transitions running now that take time (each of their frames is drawn on the CPU the model needs).
 MOVING = """() => document.getAnimations()
@@ -119,3 +131,34 @@ def test_a_zoomed_link_and_a_dragged_box_show_exact_weights(page, long_server, h
     page.wait_for_function(DIMMED, timeout=TIMEOUT)
     assert page.evaluate(MOVING) == []
     page.wait_for_function(f"() => ({DIMMED})() === 0", timeout=TIMEOUT)
+
+
+def reach(page, token: int, timeout: int = TIMEOUT) -> dict:
+    """The reach chart once it shows ``token``."""
+    page.wait_for_function(f"() => {{ const r = ({REACH})(); return r && / at {token:,}(<|$)/.test(r.title); }}",
+                           timeout=timeout)
+    return page.evaluate(REACH)
+
+
+def test_clicking_a_peak_of_a_tokens_reach_follows_the_token_clicked(page, long_server, head):
+    page.goto(f"{long_server}/Long_text?model=builtin%3Aseed&layer=2&head=5&token=1&text={quote(TEXT)}",
+              timeout=TIMEOUT)
+    np.testing.assert_allclose(reach(page, 1)["row"], head[1], rtol=1e-6, atol=1e-9)
+    key = int(np.argmax(head[1]))  # token 1 attends most to this key
+    page.locator(".st-key-long_reach").scroll_into_view_if_needed()
+    # 8,192 positions share ~760 px: drag across 600 of them first (a drag still zooms; under ~10 px it would be a
+    # click), so that each point has a pixel or more of its own and the peak is the point under the mouse.
+    y = float(head[1, key])
+    lo, hi = max(0, key - 300), min(N - 1, key + 300)
+    page.mouse.move(*page.evaluate(REACH_PIXEL, [lo, y / 2]))
+    page.mouse.down()
+    page.mouse.move(*page.evaluate(REACH_PIXEL, [hi, y / 2]), steps=5)
+    page.mouse.up()
+    page.wait_for_function("() => { const xa = document.querySelector('.st-key-long_reach .js-plotly-plot')"
+                           f"._fullLayout.xaxis; return xa.range[1] - xa.range[0] < 1000; }}", timeout=60_000)
+    assert parse_qs(urlsplit(page.url).query).get("token", ["1"]) == ["1"]  # the drag zoomed, picked nothing
+    page.wait_for_timeout(500)  # a click within plotly's 300 ms of the drag's release is a double click: zoom out
+    page.mouse.click(*page.evaluate(REACH_PIXEL, [key, y]))
+    page.wait_for_function(f"() => location.search.includes('token={key}')", timeout=60_000)
+    assert parse_qs(urlsplit(page.url).query)["token"] == [str(key)]
+    np.testing.assert_allclose(reach(page, key, 60_000)["row"], head[key], rtol=1e-6, atol=1e-9)

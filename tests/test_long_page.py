@@ -55,6 +55,14 @@ def charts(at) -> dict:
     return {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
 
 
+def select(at, element, selection: dict) -> None:
+    """Rerun ``at`` as the browser does after a selection on ``element`` (a chart's points, a table's rows)."""
+    state = at._tree.get_widget_states()
+    state.widgets.append(WidgetState(id=element.proto.id, string_value=json.dumps({"selection": selection})))
+    at._run(state)
+    assert not at.exception and not at.error, (at.exception, at.error)
+
+
 @pytest.fixture(scope="module")
 def zoomed():
     return run(**ZOOM)
@@ -126,11 +134,7 @@ def test_clicking_a_head_in_the_overview_opens_it(trace):
     at = run(**ZOOM)
     overview = [c for c in at.get("plotly_chart") if c.proto.id.endswith("long_overview")][0]
     point = {"curve_number": 1, "point_number": 13, "point_index": 13}  # layer 1, head 5 of 8
-    state = at._tree.get_widget_states()
-    state.widgets.append(WidgetState(id=overview.proto.id, string_value=json.dumps(
-        {"selection": {"points": [point], "point_indices": [13], "box": [], "lasso": []}})))
-    at._run(state)
-    assert not at.exception
+    select(at, overview, {"points": [point], "point_indices": [13], "box": [], "lasso": []})
     assert (at.query_params["layer"], at.query_params["head"]) == ("1", "5")
     figs = charts(at)
     assert figs["long_blocks"]["layout"]["title"]["text"].startswith("layer 1, head 5 · block mean")
@@ -142,12 +146,8 @@ def test_a_box_dragged_on_the_block_map_zooms_to_its_tokens(head):
     at = run(**ZOOM)
     blocks = [c for c in at.get("plotly_chart") if c.proto.id.endswith("long_blocks")][0]
     # AppTest cannot drag, so send what the browser sends for a box over keys 1,000–1,100, queries 1,020–1,180.
-    state = at._tree.get_widget_states()
     box = {"xref": "x", "yref": "y", "x": [1100.4, 1000.2], "y": [1020.0, 1180.7]}
-    state.widgets.append(WidgetState(id=blocks.proto.id, string_value=json.dumps(
-        {"selection": {"points": [], "point_indices": [], "box": [box], "lasso": []}})))
-    at._run(state)
-    assert not at.exception
+    select(at, blocks, {"points": [], "point_indices": [], "box": [box], "lasso": []})
     assert (at.number_input(key="zoom_start").value, at.number_input(key="zoom_size").value) == (1000, 181)
     window = charts(at)["long_window"]["data"][0]
     np.testing.assert_allclose(decode(window["z"]), head[1000:1181, 1000:1181], rtol=1e-6, atol=1e-9)
@@ -175,6 +175,33 @@ def test_a_tokens_reach_finds_the_rare_word_and_shows_its_row_and_column(zoomed,
     # What attends to it: the table and shading follow the column.
     zoomed.radio(key="reach_dir").set_value("what attends to it").run()
     assert zoomed.dataframe[0].value["position"].tolist() == top_keys(head[:, p2], 10).tolist()
+
+
+def test_clicking_a_point_on_the_reach_follows_that_token(trace, head):
+    p2 = [i for i, t in enumerate(trace.tokens) if t == RARE][1]
+    at = run(**ZOOM, token=str(p2))
+    key = int(np.argmax(head[p2]))  # the key the rare word attends to most: a click on its peak
+    assert key != p2
+    reach = [c for c in at.get("plotly_chart") if c.proto.id.endswith("long_reach")][0]
+    point = {"curve_number": 0, "point_number": key, "point_index": key, "x": key, "y": float(head[p2, key])}
+    select(at, reach, {"points": [point], "point_indices": [key], "box": [], "lasso": []})
+    assert at.number_input(key="token").value == key and at.query_params["token"] == str(key)
+    figs = charts(at)
+    assert figs["long_reach"]["layout"]["title"]["text"].endswith(f"at {key:,}")
+    np.testing.assert_allclose(decode(figs["long_reach"]["data"][0]["y"]), head[key], rtol=1e-6, atol=1e-9)
+    assert at.dataframe[0].value["position"].tolist() == top_keys(head[key], 10).tolist()
+
+
+def test_picking_a_row_of_the_strongest_positions_follows_that_token(trace, head):
+    p2 = [i for i, t in enumerate(trace.tokens) if t == RARE][1]
+    at = run(**ZOOM, token=str(p2))
+    top = top_keys(head[p2], 10)
+    select(at, at.dataframe[0], {"rows": [3], "columns": [], "cells": []})
+    assert at.number_input(key="token").value == top[3]
+    np.testing.assert_allclose(decode(charts(at)["long_reach"]["data"][0]["y"]), head[top[3]], rtol=1e-6, atol=1e-9)
+    table = at.dataframe[0]  # the new token's table, with no row picked
+    assert table.proto.id.endswith(f"reach_top_{top[3]}_row")
+    assert table.value["position"].tolist() == top_keys(head[top[3]], 10).tolist()
 
 
 def test_the_forwards_bar_and_the_surveys_bar_can_show_in_one_run(monkeypatch):

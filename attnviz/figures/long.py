@@ -148,20 +148,29 @@ def window_heatmap(w: np.ndarray, start: int, tokens, title: str) -> go.Figure:
 
 
 def reach_lines(row: np.ndarray, col: np.ndarray, focus: int, label: str, title: str) -> go.Figure:
-    """What token ``focus`` attends to (``row``, over keys) and what attends to it (``col``, over queries).
+    """What token ``focus`` attends to (``row``, over keys) and what attends to it (``col``, over queries); a click on
+    either line selects that position.
 
     SVG lines, not WebGL: plotly simplifies the path (16,384 noisy points drew as ~4,200, in 0.1–0.25 s), while a
-    browser without a GPU draws WebGL in software (3.2 s for this chart at 16,384 points in headless Chromium)."""
+    browser without a GPU draws WebGL in software (3.2 s for this chart at 16,384 points in headless Chromium).
+    plotly selects points of a trace with markers only: each line has invisible ones, of which it draws just one."""
+    clickable = dict(mode="lines+markers", marker=dict(size=1, opacity=0, maxdisplayed=1),
+                     selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0)))
     return go.Figure([
-        go.Scatter(y=np.asarray(row, np.float32), x0=0, dx=1, mode="lines", name="it attends to (its row)",
-                   hovertemplate="key %{x}: %{y:.4g}<extra>attends to</extra>"),
-        go.Scatter(y=np.asarray(col, np.float32), x0=0, dx=1, mode="lines", name="attends to it (its column)",
-                   hovertemplate="query %{x}: %{y:.4g}<extra>attends to it</extra>"),
+        go.Scatter(y=np.asarray(row, np.float32), x0=0, dx=1, name="it attends to (its row)",
+                   hovertemplate="key %{x}: %{y:.4g}<extra>attends to</extra>", **clickable),
+        go.Scatter(y=np.asarray(col, np.float32), x0=0, dx=1, name="attends to it (its column)",
+                   hovertemplate="query %{x}: %{y:.4g}<extra>attends to it</extra>", **clickable),
     ], layout=dict(
-        title=f"{title} · “{html.escape(label, quote=False)}” at {focus:,}", xaxis=dict(title="position"),
+        title=f"{title} · “{html.escape(label, quote=False)}” at {focus:,}",
+        xaxis=dict(title="position", range=[0, max(len(row), len(col)) - 1]),  # markers would pad an autorange
         yaxis=dict(title="weight", rangemode="tozero"), height=340,
         margin=dict(l=NUMBERS_LEFT, r=EDGE, t=60, b=LEGEND_BELOW),
         legend=dict(orientation="h", y=-0.25),
+        dragmode="zoom",  # Streamlit makes a chart that takes clicks pan: a drag still zooms, as it did
+        # A click takes the hovered point. "closest" ties every point within 3 px (21 positions a pixel at 16,384
+        # tokens) and takes the first; "x" takes the position under the mouse, on both lines.
+        hovermode="x",
         shapes=[dict(type="line", x0=focus, x1=focus, xref="x", y0=0, y1=1, yref="y domain",  # the token's position
                      line=dict(color="#d62728", dash="dot"))],
     ))
