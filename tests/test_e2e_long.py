@@ -28,10 +28,10 @@ WINDOW = """() => {
 }"""
 
 
-PIXEL = """(token) => {  // where (key token, query token) is on screen in the block map
-  const gd = document.querySelector('.st-key-long_blocks .js-plotly-plot'), r = gd.getBoundingClientRect();
+PIXEL = """([key, x, y]) => {  // where data point (x, y) is on screen in the chart keyed ``key``
+  const gd = document.querySelector('.st-key-' + key + ' .js-plotly-plot'), r = gd.getBoundingClientRect();
   const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-  return [r.left + xa._offset + xa.l2p(token), r.top + ya._offset + ya.l2p(token)];
+  return [r.left + xa._offset + xa.l2p(x), r.top + ya._offset + ya.l2p(y)];
 }"""
 # The reach chart's title and its row line, once drawn and fresh.
 REACH = """() => {
@@ -39,11 +39,6 @@ REACH = """() => {
   if (!gd || !gd.data || gd.closest('[data-stale="true"]')) return null;
   const y = gd.data[0].y;
   return {title: gd.layout.title.text, row: Array.from(y && y._inputArray ? y._inputArray : y)};
-}"""
-REACH_PIXEL = """([x, y]) => {  // where (position, weight) is on screen in the reach chart
-  const gd = document.querySelector('.st-key-long_reach .js-plotly-plot'), r = gd.getBoundingClientRect();
-  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-  return [r.left + xa._offset + xa.l2p(x), r.top + ya._offset + ya.l2p(y)];
 }"""
 # The CSS transitions running now that take time (each of their frames is drawn on the CPU the model needs).
 MOVING = """() => document.getAnimations()
@@ -96,7 +91,7 @@ def test_a_zoomed_link_and_a_dragged_box_show_exact_weights(page, long_server, h
     # area need not be square, and plotly turns a drag under 12 px on a side into a whole-axis band).
     area = page.locator(".st-key-long_blocks .nsewdrag").first
     area.scroll_into_view_if_needed()
-    at = lambda token: page.evaluate(PIXEL, token)  # noqa: E731
+    at = lambda token: page.evaluate(PIXEL, ["long_blocks", token, token])  # noqa: E731
     page.mouse.move(*at(2000))
     page.mouse.down()
     page.mouse.move(*at(2125), steps=5)
@@ -150,15 +145,15 @@ def test_clicking_a_peak_of_a_tokens_reach_follows_the_token_clicked(page, long_
     # click), so that each point has a pixel or more of its own and the peak is the point under the mouse.
     y = float(head[1, key])
     lo, hi = max(0, key - 300), min(N - 1, key + 300)
-    page.mouse.move(*page.evaluate(REACH_PIXEL, [lo, y / 2]))
+    page.mouse.move(*page.evaluate(PIXEL, ["long_reach", lo, y / 2]))
     page.mouse.down()
-    page.mouse.move(*page.evaluate(REACH_PIXEL, [hi, y / 2]), steps=5)
+    page.mouse.move(*page.evaluate(PIXEL, ["long_reach", hi, y / 2]), steps=5)
     page.mouse.up()
     page.wait_for_function("() => { const xa = document.querySelector('.st-key-long_reach .js-plotly-plot')"
                            f"._fullLayout.xaxis; return xa.range[1] - xa.range[0] < 1000; }}", timeout=60_000)
     assert parse_qs(urlsplit(page.url).query).get("token", ["1"]) == ["1"]  # the drag zoomed, picked nothing
     page.wait_for_timeout(500)  # a click within plotly's 300 ms of the drag's release is a double click: zoom out
-    page.mouse.click(*page.evaluate(REACH_PIXEL, [key, y]))
+    page.mouse.click(*page.evaluate(PIXEL, ["long_reach", key, y]))
     page.wait_for_function(f"() => location.search.includes('token={key}')", timeout=60_000)
     assert parse_qs(urlsplit(page.url).query)["token"] == [str(key)]
     np.testing.assert_allclose(reach(page, key, 60_000)["row"], head[key], rtol=1e-6, atol=1e-9)

@@ -163,7 +163,7 @@ def reach_lines(row: np.ndarray, col: np.ndarray, focus: int, label: str, title:
                    hovertemplate="query %{x}: %{y:.4g}<extra>attends to it</extra>", **clickable),
     ], layout=dict(
         title=f"{title} · “{html.escape(label, quote=False)}” at {focus:,}",
-        xaxis=dict(title="position", range=[0, max(len(row), len(col)) - 1]),  # markers would pad an autorange
+        xaxis=dict(title="position", range=[0, max(len(row), len(col), 2) - 1]),  # markers would pad an autorange
         yaxis=dict(title="weight", rangemode="tozero"), height=340,
         margin=dict(l=NUMBERS_LEFT, r=EDGE, t=60, b=LEGEND_BELOW),
         legend=dict(orientation="h", y=-0.25),
