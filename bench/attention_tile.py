@@ -35,6 +35,7 @@ def parts(T: int) -> dict:
         raise ValueError(f"{T} tokens are not whole tiles of {rows} rows: every part here times whole tiles")
     heads = list(range(H))
     w = torch.softmax(layer.scores(heads, 0, rows, 0, T), -1)  # (H, rows, T) one tile of weights
+    values = v[torch.arange(H)]  # (H, T, Dh) gathered per query head, contiguous, as LayerQK.output does
 
     def survey():
         _, visit, _ = Reducer().layer(H, T)
@@ -45,7 +46,7 @@ def parts(T: int) -> dict:
         "SDPA (fused: scores, softmax, output)": lambda: F.scaled_dot_product_attention(q[None], k[None], v[None]),
         "scores (q kᵀ, into the tile)": lambda: [layer.scores(heads, a, a + rows, 0, T, out=w) for a in starts],
         "softmax, in place": lambda: [torch.softmax(w, -1, out=w) for _ in starts],
-        "output (weights · v)": lambda: [w @ v for _ in starts],
+        "output (weights · v)": lambda: [w @ values for _ in starts],
         "survey (pooled maps, received, distances)": survey,
         "the page's layer (LayerQK.output + Reducer)": lambda: layer.output(v, *Reducer().layer(H, T)),
     }
