@@ -55,6 +55,11 @@ def charts(at) -> dict:
     return {c.proto.id.rsplit("-", 1)[-1]: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
 
 
+def chart(at, key: str):
+    """The chart element keyed ``key`` (to send it a selection)."""
+    return next(c for c in at.get("plotly_chart") if c.proto.id.endswith(key))
+
+
 def select(at, element, selection: dict) -> None:
     """Rerun ``at`` as the browser does after a selection on ``element`` (a chart's points, a table's rows)."""
     state = at._tree.get_widget_states()
@@ -74,6 +79,12 @@ def trace(zoomed):
     from attnviz.ui.long import _LONG
 
     return _LONG["builtin:seed", TEXT, N].trace
+
+
+@pytest.fixture(scope="module")
+def rare(trace):
+    """The two positions of the rare word."""
+    return [i for i, t in enumerate(trace.tokens) if t == RARE]
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +143,7 @@ def test_a_shared_zoomed_link_reopens_the_same_window(zoomed, head):
 
 def test_clicking_a_head_in_the_overview_opens_it(trace):
     at = run(**ZOOM)
-    overview = [c for c in at.get("plotly_chart") if c.proto.id.endswith("long_overview")][0]
+    overview = chart(at, "long_overview")
     point = {"curve_number": 1, "point_number": 13, "point_index": 13}  # layer 1, head 5 of 8
     select(at, overview, {"points": [point], "point_indices": [13], "box": [], "lasso": []})
     assert (at.query_params["layer"], at.query_params["head"]) == ("1", "5")
@@ -144,7 +155,7 @@ def test_clicking_a_head_in_the_overview_opens_it(trace):
 
 def test_a_box_dragged_on_the_block_map_zooms_to_its_tokens(head):
     at = run(**ZOOM)
-    blocks = [c for c in at.get("plotly_chart") if c.proto.id.endswith("long_blocks")][0]
+    blocks = chart(at, "long_blocks")
     # AppTest cannot drag, so send what the browser sends for a box over keys 1,000–1,100, queries 1,020–1,180.
     box = {"xref": "x", "yref": "y", "x": [1100.4, 1000.2], "y": [1020.0, 1180.7]}
     select(at, blocks, {"points": [], "point_indices": [], "box": [box], "lasso": []})
@@ -153,8 +164,8 @@ def test_a_box_dragged_on_the_block_map_zooms_to_its_tokens(head):
     np.testing.assert_allclose(decode(window["z"]), head[1000:1181, 1000:1181], rtol=1e-6, atol=1e-9)
 
 
-def test_a_tokens_reach_finds_the_rare_word_and_shows_its_row_and_column(zoomed, trace, head):
-    p1, p2 = [i for i, t in enumerate(trace.tokens) if t == RARE]
+def test_a_tokens_reach_finds_the_rare_word_and_shows_its_row_and_column(zoomed, rare, head):
+    p1, p2 = rare
     assert p2 - p1 > 7000
     zoomed.text_input(key="find").set_value(RARE).run()
     assert any(f"2 positions: {p1:,}, {p2:,}" in c.value for c in zoomed.caption)
@@ -177,12 +188,12 @@ def test_a_tokens_reach_finds_the_rare_word_and_shows_its_row_and_column(zoomed,
     assert zoomed.dataframe[0].value["position"].tolist() == top_keys(head[:, p2], 10).tolist()
 
 
-def test_clicking_a_point_on_the_reach_follows_that_token(trace, head):
-    p2 = [i for i, t in enumerate(trace.tokens) if t == RARE][1]
+def test_clicking_a_point_on_the_reach_follows_that_token(rare, head):
+    p2 = rare[1]
     at = run(**ZOOM, token=str(p2))
     key = int(np.argmax(head[p2]))  # the key the rare word attends to most: a click on its peak
     assert key != p2
-    reach = [c for c in at.get("plotly_chart") if c.proto.id.endswith("long_reach")][0]
+    reach = chart(at, "long_reach")
     point = {"curve_number": 0, "point_number": key, "point_index": key, "x": key, "y": float(head[p2, key])}
     select(at, reach, {"points": [point], "point_indices": [key], "box": [], "lasso": []})
     assert at.number_input(key="token").value == key and at.query_params["token"] == str(key)
@@ -192,8 +203,8 @@ def test_clicking_a_point_on_the_reach_follows_that_token(trace, head):
     assert at.dataframe[0].value["position"].tolist() == top_keys(head[key], 10).tolist()
 
 
-def test_picking_a_row_of_the_strongest_positions_follows_that_token(trace, head):
-    p2 = [i for i, t in enumerate(trace.tokens) if t == RARE][1]
+def test_picking_a_row_of_the_strongest_positions_follows_that_token(rare, head):
+    p2 = rare[1]
     at = run(**ZOOM, token=str(p2))
     top = top_keys(head[p2], 10)
     select(at, at.dataframe[0], {"rows": [3], "columns": [], "cells": []})
