@@ -68,6 +68,14 @@ class TrainedClassifier(_Trained):
         _, ids = self._source(text, max_tokens)
         return "classifier", self.masked_run(lambda: self.net(ids)[0][0].double().softmax(-1))  # (n_classes,)
 
+    def traced(self, text: str) -> tuple[AttentionTrace, torch.Tensor]:
+        """(trace, label probabilities (C,)) of one text in one forward."""
+        enc, ids = self._source(text)
+        with self.lock, torch.inference_mode(), record(self.net) as rec:
+            logits, out = self.net(ids)
+        trace = stack_trace(self.key, enc, text, "encoder", rec.weights(), out.hidden_states, rec.norms())
+        return trace, logits[0].double().softmax(-1)
+
     def predict(self, text: str) -> dict[str, float]:
         """label -> probability."""
         _, ids = self._source(text)
