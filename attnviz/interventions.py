@@ -244,6 +244,64 @@ def editing(edits, keep: bool = False):
         EDITOR.reset(token)
 
 
+def spell(edits) -> str:
+    """Edits as a link's text: "ko:1.0", "ko:1.1:q5:k3", "pat:0.1:previous", "zv:3" or "zv:3:1.0" (token 3, layer 1,
+    head 0), comma-separated; ``parse`` reads it back. Given weight arrays and patches have no spelling."""
+    parts = []
+    for e in edits:
+        if isinstance(e, Knockout):
+            parts.append(":".join([f"ko:{e.layer}.{'' if e.head is None else e.head}".rstrip("."),
+                                   *([] if e.query is None else [f"q{e.query}"]),
+                                   *([] if e.key is None else [f"k{e.key}"])]))
+        elif isinstance(e, Pattern) and isinstance(e.weights, str):
+            parts.append(f"pat:{e.layer}.{'' if e.head is None else e.head}".rstrip(".") + f":{e.weights}")
+        elif isinstance(e, ZeroValue):
+            where = "" if e.layer is None else f":{e.layer}" + ("" if e.head is None else f".{e.head}")
+            parts.append(f"zv:{e.key}{where}")
+    return ",".join(parts)
+
+
+def _where(text: str) -> tuple[int, int | None]:
+    layer, _, head = text.partition(".")
+    return int(layer), (int(head) if head else None)
+
+
+def parse(text: str, n_layers: int, n_heads: int, n_tokens: int) -> tuple[list, list[tuple[str, str]]]:
+    """(edits, problems) from ``spell``'s text: each part that is not an edit of this model and text is left out,
+    as (the part, why) — the part is the caller's to quote."""
+    edits, problems = [], []
+    for part in (p.strip() for p in (text or "").split(",")):
+        if not part:
+            continue
+        kind, _, rest = part.partition(":")
+        fields_ = rest.split(":") if rest else []
+        try:
+            if kind == "ko" and fields_:
+                extra = {"q": None, "k": None}
+                for f in fields_[1:]:
+                    if f[:1] not in extra or not f[1:].isdigit():
+                        raise ValueError("knock-outs take q<query> and k<key>")
+                    extra[f[0]] = int(f[1:])
+                edit = Knockout(*_where(fields_[0]), query=extra["q"], key=extra["k"])
+            elif kind == "pat" and len(fields_) == 2:
+                edit = Pattern(*_where(fields_[0]), fields_[1])
+            elif kind == "zv" and len(fields_) in (1, 2):
+                edit = ZeroValue(int(fields_[0]), *(_where(fields_[1]) if len(fields_) == 2 else (None, None)))
+            else:
+                raise ValueError("not one of ko:L.H[:qN][:kN], pat:L.H:pattern, zv:token[:L.H]")
+        except ValueError as e:
+            problems.append((part, "its numbers are not whole numbers" if "int()" in str(e) else str(e)))
+            continue
+        try:
+            check_edits([edit], n_layers, n_heads)
+            EditedQK.of(LayerQK(torch.zeros(n_heads, n_tokens, 1), torch.zeros(1, n_tokens, 1), 1.0), (edit,))
+        except ValueError as e:
+            problems.append((part, str(e)))
+            continue
+        edits.append(edit)
+    return edits, problems
+
+
 @dataclass(frozen=True)
 class Outcome:
     """One run: its trace and what the model output. Causal LMs: ``logprobs`` (T−1,) of each actual next token
@@ -442,4 +500,4 @@ def patch_heads(model, clean, corrupted, metric: Callable, progress: Callable[[i
 
 
 __all__ = ["Knockout", "Pattern", "ZeroValue", "Patch", "Effect", "Outcome", "run", "patch_heads", "editing",
-           "LogitDiff", "LabelProb", "Patching", "describe", "MOHEBBI"]
+           "LogitDiff", "LabelProb", "Patching", "describe", "spell", "parse", "MOHEBBI"]
