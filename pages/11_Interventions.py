@@ -6,7 +6,7 @@ import streamlit as st
 from attnviz.budget import check_forwards
 from attnviz.figures.analysis import DIVERGING, head_map
 from attnviz.figures.attention import weights_heatmap
-from attnviz.figures.interventions import change_map, label_bars, next_token_bars, top_k_bars
+from attnviz.figures.interventions import change_map, clickable_cells, label_bars, next_token_bars, top_k_bars
 from attnviz.interventions import LabelProb, LogitDiff, describe, kind_of, patch_heads, run
 from attnviz.settings import max_forwards
 from attnviz.tokens import labels
@@ -43,9 +43,10 @@ for e in found:
 with c1:
     head_chart(head_map(edited, "edits per head · click a head to pick it", (0, max(1, edited.max())),
                         value_name="edits"), "edit_grid", H, page=None)
-c2.plotly_chart(weights_heatmap(trace.head(layer, head), names, names, f"layer {layer}, head {head} as it is",
-                                masked=np.triu(np.ones((T, T), bool), 1) if trace.kind == "decoder" else None),
-                key="edit_heatmap")
+heatmap = weights_heatmap(trace.head(layer, head), names, names,
+                          f"layer {layer}, head {head} as it is · click a cell to knock it out",
+                          masked=np.triu(np.ones((T, T), bool), 1) if trace.kind == "decoder" else None)
+ui.cell_chart(clickable_cells(heatmap, names, names), "edit_heatmap", T, c2)
 ui.controls(layer, head, T, names)
 if found:
     st.markdown("\n".join(f"- {plain(describe(e))}" for e in found))

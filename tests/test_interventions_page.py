@@ -71,6 +71,21 @@ def test_a_click_on_the_grid_picks_the_head(text):
     assert at.session_state["layer"] == 1 and at.session_state["head"] == 1
 
 
+def test_a_click_on_a_heatmap_cell_picks_query_and_key(lm, text):
+    at = ok(run(PAGE, model="builtin:lm", text=text, layer="1", head="0"))
+    T = len(text.split()) + 1  # [BOS] and the words
+    points = charts(at)["edit_heatmap"]["data"][1]
+    assert len(decode(points["x"])) == T * T  # one clickable point per cell
+    at = ok(select(at, "edit_heatmap", {"x": "x", "y": "y", "point_index": 30 * T + 11, "curve_number": 1}))
+    assert at.session_state["edit_query"] == 30 and at.session_state["edit_key"] == 11
+    at = ok(at.button(key="edit_add").click().run())
+    assert at.text_input(key="edits").value == "ko:1.0:q30:k11"
+    effect = run_edits(lm, text, [Knockout(1, 0, query=30, key=11)])
+    before, after = bars(at)
+    np.testing.assert_allclose(after, np.exp(effect.edited.logprobs), atol=1e-6)
+    assert np.abs(after - before)[:30].max() == 0 and np.abs(after - before)[30] > 0  # only query 30 moves
+
+
 def test_patching_draws_the_librarys_map(lm, text):
     words = text.split()
     clean = " ".join(words[:30])  # 20 words, then the first 10 again: the next word is word 10

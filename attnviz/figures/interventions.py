@@ -40,6 +40,19 @@ def next_token_bars(before: np.ndarray, after: np.ndarray, labels, title: str, c
     )
 
 
+def clickable_cells(fig: go.Figure, q_labels, k_labels) -> go.Figure:
+    """``fig`` (a heatmap over categorical query × key axes) with one invisible point per cell, query-major, so a
+    click selects a cell (plotly selects points, not heatmap cells)."""
+    q, k = np.divmod(np.arange(len(q_labels) * len(k_labels)), len(k_labels))  # (Tq·Tk,) each point's cell
+    ys, xs = np.asarray(safe(q_labels), object), np.asarray(safe(k_labels), object)
+    fig.add_trace(go.Scatter(x=xs[k], y=ys[q], mode="markers", showlegend=False,  # hover-less points take no click
+                             hovertemplate="query %{y}<br>key %{x}<br>click to knock it out<extra></extra>",
+                             marker=dict(size=8, symbol="square", color="rgba(0,0,0,0)"),
+                             selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0))))
+    fig.update_layout(dragmode=False, hovermode="closest")
+    return fig
+
+
 def top_k_bars(before_tokens, before_probs, after_tokens, after_probs, title: str) -> go.Figure:
     """The top-k next tokens at one position, as it is (left) and edited (right)."""
     fig = make_subplots(1, 2, subplot_titles=("as it is", "edited"), horizontal_spacing=0.2)
@@ -93,4 +106,4 @@ def change_map(change: np.ndarray, labels, title: str) -> go.Figure:
     )
 
 
-__all__ = ["next_token_bars", "top_k_bars", "label_bars", "change_map"]
+__all__ = ["next_token_bars", "clickable_cells", "top_k_bars", "label_bars", "change_map"]

@@ -7,6 +7,8 @@ in a link is. One run (the text as it is and edited) is two forwards, kept for t
 
 from __future__ import annotations
 
+from functools import partial
+
 import streamlit as st
 
 from attnviz.interventions import Knockout, Pattern, ZeroValue, parse, run, spell
@@ -31,6 +33,19 @@ def edit_from(action: str, layer: int, head: int, query, key):
     if action == "zero value":
         return ZeroValue(0 if k is None else k, layer, head)
     return Pattern(layer, head, action)
+
+
+def _pick_cell(chart_key: str, n_keys: int) -> None:
+    """A clicked heatmap cell (``figures.interventions.clickable_cells``) becomes the next knock-out's query and key."""
+    points = st.session_state[chart_key].selection.points
+    if points and "point_index" in points[0]:
+        query, key = divmod(int(points[0]["point_index"]), n_keys)
+        st.session_state.update(edit_query=query, edit_key=key, edit_action="knock out")
+
+
+def cell_chart(fig, key: str, n_keys: int, where=st) -> None:
+    """Draw a head's heatmap with clickable cells; a click picks its query and key."""
+    where.plotly_chart(fig, key=key, on_select=partial(_pick_cell, key, n_keys), selection_mode="points")
 
 
 def _add(edit) -> None:
