@@ -115,9 +115,7 @@ def test_patching_finds_the_induction_heads_first(lm, probe):
     order = [np.unravel_index(i, result.restored.shape) for i in np.argsort(-result.restored, axis=None)]
     top = {tuple(int(x) for x in lh) for lh in order[:2]}
     assert top == {(1, h) for h in range(lm.n_heads) if scores["induction"][1, h] > 0.5}
-    # The definition: each head's patched run, normalised between the corrupted (0) and clean (1) runs.
-    patched = logits(lm, corrupted, [])  # sanity: the corrupted run's metric is what patching starts from
-    assert metric(lm, patched) == pytest.approx(result.corrupted, abs=1e-9)
+    assert metric(lm, logits(lm, corrupted)) == pytest.approx(result.corrupted, abs=1e-9)  # patching's 0
 
 
 def test_patching_needs_prompts_of_one_length(lm, probe):
@@ -228,6 +226,26 @@ def test_hf_knockout_of_an_unseen_key_changes_nothing(tiny_backend):
     text = "Hello world, hello again and again."
     base = logits(backend, text)
     assert torch.equal(logits(backend, text, [Knockout(0, 1, query=2, key=5), Knockout(1, 0, query=0, key=1)]), base)
+
+
+@pytest.mark.parametrize("family", ["mistral", "gemma2", "qwen2"])
+def test_windowed_and_soft_capped_families_edit_inside_attention(family, tiny_model, tiny_backend):
+    """A sliding window (Mistral, Gemma 2's layer 0), soft-capping (Gemma 2) and query biases (Qwen2): the
+    unedited run is the model's own eager forward, a no-op edit changes nothing, and a named pattern respects
+    the window."""
+    backend = tiny_backend(family)
+    text = "The quick brown fox jumps over the lazy dog again and again."
+    base = logits(backend, text)
+    ids = torch.tensor([encode(backend.tokenizer, text, backend.max_tokens).ids])  # (1, T)
+    eager = tf.AutoModelForCausalLM.from_pretrained(tiny_model(family), attn_implementation="eager").eval()
+    with torch.inference_mode():
+        torch.testing.assert_close(base, eager(input_ids=ids).logits[0].double(), atol=1e-5, rtol=0)
+    assert torch.equal(logits(backend, text, [Knockout(0, 1, query=2, key=7)]), base)
+    effect = run(backend, text, [Pattern(0, 0, "uniform")])
+    seen = effect.base.trace.head(0, 0) > 0  # (T, T) the keys each query may see (no weight underflows here)
+    assert seen[-1].sum() == (ids.shape[1] if family == "qwen2" else 5)  # the window of 5 in force
+    np.testing.assert_allclose(effect.edited.trace.head(0, 0), seen / seen.sum(-1, keepdims=True), atol=1e-7)
+    assert np.abs(effect.edited.logprobs - effect.base.logprobs).max() > 1e-4
 
 
 # --- classifiers and encoders ---------------------------------------------------------------------------------
