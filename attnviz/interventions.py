@@ -98,14 +98,7 @@ def _heads(edit, H: int) -> list[int]:
 
 def _check_index(what: str, value, count: int, edit) -> None:
     if value is not None and not (isinstance(value, (int, np.integer)) and 0 <= value < count):
-        raise ValueError(f"{describe_safe(edit)}: {what} {value} is out of range (0 to {count - 1}).")
-
-
-def describe_safe(edit) -> str:
-    try:
-        return describe(edit)
-    except Exception:  # an edit built from bad values: name its type at least
-        return type(edit).__name__
+        raise ValueError(f"{describe(edit)}: {what} {value} is out of range (0 to {count - 1}).")
 
 
 @dataclass(frozen=True, eq=False)

@@ -99,3 +99,29 @@ def test_patching_draws_the_librarys_map(lm, text):
     expected = patch_heads(lm, clean, corrupted, LogitDiff(good, bad)).restored
     np.testing.assert_allclose(decode(heat["z"]), expected, atol=1e-6)
     assert at.session_state["patching"][1].restored.argmax() // lm.n_heads == 1  # a layer-1 head restores most
+
+
+def test_a_classifier_shows_its_labels_before_and_after():
+    text = "honestly , the movie was great"
+    at = ok(run(PAGE, model="builtin:classifier", text=text, edits="ko:0,ko:1"))
+    before, after = charts(at)["label_bars"]["data"]
+    effect = run_edits(attnviz.load("builtin:classifier"), text, [Knockout(0), Knockout(1)])
+    np.testing.assert_allclose(decode(before["y"]), effect.base.probs, atol=1e-6)
+    np.testing.assert_allclose(decode(after["y"]), effect.edited.probs, atol=1e-6)
+    assert list(decode(before["customdata"])) == ["negative", "positive"]
+
+
+def test_an_encoder_shows_each_layers_change():
+    text = "The cat sat on the mat."
+    at = ok(run(PAGE, model="builtin:minilm", text=text, edits="pat:3.2:uniform"))
+    heat = charts(at)["change_map"]["data"][0]
+    effect = run_edits(attnviz.load("builtin:minilm"), text, [Pattern(3, 2, "uniform")])
+    np.testing.assert_allclose(decode(heat["z"]), effect.change, rtol=1e-6)
+    assert decode(heat["z"])[:3].max() == 0 and decode(heat["z"])[3].min() > 0
+    assert "patch" not in [b.key for b in at.button]  # patching needs an output to measure
+
+
+def test_an_encoder_decoder_is_refused_in_plain_words():
+    at = ok(run(PAGE, model="builtin:translator", text="the cat sat"))
+    assert any("encoder–decoder models are not supported" in i.value for i in at.info)
+    assert not at.get("plotly_chart")
