@@ -99,6 +99,15 @@ def test_patching_draws_the_librarys_map(lm, text):
     expected = patch_heads(lm, clean, corrupted, LogitDiff(good, bad)).restored
     np.testing.assert_allclose(decode(heat["z"]), expected, atol=1e-6)
     assert at.session_state["patching"][1].restored.argmax() // lm.n_heads == 1  # a layer-1 head restores most
+    at = select(at, "patch_map", {"x": 1, "y": 1, "point_index": 3, "curve_number": 1})  # opens it on Attention
+    assert at.session_state["layer"] == 1 and at.session_state["head"] == 1
+
+
+def test_patching_prompts_of_two_lengths_get_a_message(text):
+    words = text.split()
+    at = ok(run(PAGE, model="builtin:lm", text=" ".join(words[:30]), corrupted=" ".join(words[:29])))
+    at = at.button(key="patch").click().run()
+    assert not at.exception and any("same token count" in e.value for e in at.error)
 
 
 def test_a_classifier_shows_its_labels_before_and_after():
