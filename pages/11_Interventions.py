@@ -56,14 +56,18 @@ st.header("What the model outputs")
 if kind == "lm":
     before, after = np.exp(effect.base.logprobs), np.exp(effect.edited.logprobs)
     out_names = labels(effect.base.trace.tokens)
-    shift = float(effect.edited.logprobs.mean() - effect.base.logprobs.mean())
-    st.metric("Mean log-probability of the actual next tokens", f"{effect.edited.logprobs.mean():.3f} nats",
-              f"{shift:+.3f} nats", delta_color="normal")
     n = len(out_names)
+    if n > 1:
+        shift = float(effect.edited.logprobs.mean() - effect.base.logprobs.mean())
+        st.metric("Mean log-probability of the actual next tokens", f"{effect.edited.logprobs.mean():.3f} nats",
+                  f"{shift:+.3f} nats", delta_color="normal")
+    else:
+        st.caption("One token: no next token inside the text to score; below, what the model predicts after it.")
     at = st.selectbox("Position", list(range(n)), index=n - 1, key="edit_position",
                       format_func=lambda i: f"{i}: {out_names[i]}")
-    st.plotly_chart(next_token_bars(before, after, out_names[1:], "probability of each actual next token",
-                                    at if at < n - 1 else None), key="next_token_bars")
+    if n > 1:
+        st.plotly_chart(next_token_bars(before, after, out_names[1:], "probability of each actual next token",
+                                        at if at < n - 1 else None), key="next_token_bars")
     st.plotly_chart(top_k_bars(effect.base.top_tokens[at], effect.base.top_probs[at], effect.edited.top_tokens[at],
                                effect.edited.top_probs[at], f"top next tokens after “{out_names[at]}”"),
                     key="top_k_bars")

@@ -134,3 +134,14 @@ def test_an_encoder_decoder_is_refused_in_plain_words():
     at = ok(run(PAGE, model="builtin:translator", text="the cat sat"))
     assert any("encoder–decoder models are not supported" in i.value for i in at.info)
     assert not at.get("plotly_chart")
+
+
+def test_hostile_edits_in_the_link_are_quoted_as_data(text):
+    from test_escaping import assert_inert
+
+    hostile = "<a href='http://x.example'>x</a>,**now**,![i](http://x.example/i.png)"
+    at = ok(run(PAGE, model="builtin:lm", text=text, edits=hostile))
+    notes = [w.value for w in at.warning]
+    assert len(notes) == 3
+    for body in notes:
+        assert_inert(body)
