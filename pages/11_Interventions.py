@@ -46,7 +46,12 @@ with c1:
 heatmap = weights_heatmap(trace.head(layer, head), names, names,
                           f"layer {layer}, head {head} as it is · click a cell to knock it out",
                           masked=np.triu(np.ones((T, T), bool), 1) if trace.kind == "decoder" else None)
-ui.cell_chart(clickable_cells(heatmap, names, names), "edit_heatmap", T, c2)
+if T <= ui.CLICKABLE_MAX_TOKENS:
+    ui.cell_chart(clickable_cells(heatmap, names, names), "edit_heatmap", T, c2)
+else:
+    c2.plotly_chart(heatmap, key="edit_heatmap")
+    c2.caption(f"Cells take clicks up to {ui.CLICKABLE_MAX_TOKENS} tokens (one point each); pick the query and key "
+               "below.")
 ui.controls(layer, head, T, names)
 if found:
     st.markdown("\n".join(f"- {plain(describe(e))}" for e in found))

@@ -145,3 +145,10 @@ def test_hostile_edits_in_the_link_are_quoted_as_data(text):
     assert len(notes) == 3
     for body in notes:
         assert_inert(body)
+
+
+def test_a_long_texts_heatmap_sends_no_point_per_cell(lm):
+    text = lm.vocab.decode(repeated_tokens(lm.plain_ids(), 40, 0))  # 81 tokens with [BOS]
+    at = ok(run(PAGE, model="builtin:lm", text=text))
+    assert len(charts(at)["edit_heatmap"]["data"]) == 1  # the heatmap alone
+    assert any("Cells take clicks up to 64 tokens" in c.value for c in at.caption)

@@ -23,6 +23,7 @@ ACTIONS = {
     "zero value": "the key's value is zeroed for every other query (value zeroing, Mohebbi et al. 2023)",
 }
 EVERY = "every"
+CLICKABLE_MAX_TOKENS = 64  # a clickable heatmap sends a point per cell: 4,096 of them here, ~100 kB
 
 
 def edit_from(action: str, layer: int, head: int, query, key):
