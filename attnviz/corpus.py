@@ -160,17 +160,17 @@ class Corpus:
                     if kind is None or not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
                         row += len(values)
                         continue  # not text: skipped, as a non-string value is
-                    sizes = pc.take(pc.binary_length(values.dictionary), values.indices).fill_null(0).to_numpy(
-                        zero_copy_only=False)  # (rows,) bytes of each row's text
-                    if len(sizes) and sizes.max() > 4 * MAX_TEXT_CHARS:
+                    sizes = pc.take(pc.utf8_length(values.dictionary), values.indices).fill_null(0).to_numpy(
+                        zero_copy_only=False)  # (rows,) characters of each row's text
+                    if len(sizes) and sizes.max() > MAX_TEXT_CHARS:
                         at = int(sizes.argmax())
-                        raise ValueError(f"{self.name}: row {row + at + 1:,} holds {sizes[at] / 1e6:,.1f} MB of "
-                                         f"text, over the {MAX_TEXT_CHARS:,} characters one text may have")
-                    total += int(sizes.sum())
-                    if self.max_bytes is not None and total > self.max_bytes:
-                        raise ValueError(f"{self.name} holds more than {self.max_bytes / 1e6:,.0f} MB of text, "
-                                         "the most taken here")
-                    for i in range(len(values)):
+                        raise ValueError(f"{self.name}: row {row + at + 1:,} holds {sizes[at]:,} characters, over "
+                                         f"the {MAX_TEXT_CHARS:,} one text may have")
+                    for i, n in enumerate(sizes.tolist()):
+                        total += n
+                        if self.max_bytes is not None and total > self.max_bytes:
+                            raise ValueError(f"{self.name} holds more than {self.max_bytes / 1e6:,.0f} MB of text by "
+                                             f"row {row + i + 1:,}, the most taken here")
                         yield values[i].as_py()
                     row += len(values)
 
@@ -770,7 +770,15 @@ def keep_top_texts(stats: CorpusStats, corpus: Corpus, out, k: int = 5, max_char
     ``max_chars``), so its results can show them once the corpus file itself is gone (``top_texts``)."""
     ids = {int(i) for name in NAMES for i in stats.top(name, k)["text_id"]}
     texts = {str(i): t[:max_chars] for i, t in texts_by_id(corpus, ids).items()}
-    write_private(shard_dir(out) / "texts.json", json.dumps(texts).encode())
+    write_private(shard_dir(out) / "texts.json", json.dumps(texts, ensure_ascii=False).encode())
+
+
+def job_bytes(n_texts: int, n_heads: int, corpus_bytes: int) -> int:
+    """At most the disk a job over ``n_texts`` texts keeps, for a model of ``n_heads`` heads (layers × heads) and a
+    corpus of ``corpus_bytes`` of text: float32 statistics per head and text, each shard's zip overhead, job.json,
+    and its top texts (at most the corpus itself)."""
+    shards = n_texts // SHARD_TEXTS + corpus_bytes // SHARD_CHARS + 2
+    return n_texts * (n_heads * len(NAMES) * 4 + 32) + shards * 8192 + min(corpus_bytes, n_texts * 16_000) + 65_536
 
 
 def top_texts(out) -> dict[int, str]:

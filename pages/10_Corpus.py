@@ -150,8 +150,7 @@ if clicked:
     try:
         with files.running(out), jobs.slot("This corpus run"):
             total = cp.count(corpus, limit)
-            L, H = f.model.n_layers, f.model.n_heads
-            files.make_room(total * (L * H * len(cp.NAMES) * 4 + 512))  # the job's shards, float32 per head
+            files.make_room(cp.job_bytes(total, f.model.n_layers * f.model.n_heads, corpus.path.stat().st_size))
             progress_bar = bar.progress(0.0, text=f"0 of {total:,} texts")
             started, totals, before = time.monotonic(), cp.Totals(), so_far.n_texts if so_far else 0
 
