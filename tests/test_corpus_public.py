@@ -22,7 +22,6 @@ from streamlit.testing.v1 import AppTest
 from websockets.sync.client import connect
 
 from attnviz import corpus as cp
-from attnviz.data import CORPUS
 from conftest import ROOT, start_server
 
 PAGE = "pages/10_Corpus.py"
