@@ -673,9 +673,12 @@ def load_shards(shards: Path, model: str) -> CorpusStats:
     return CorpusStats(model, cat.pop("ids"), cat.pop("n_tokens"), {name: cat[name] for name in NAMES})
 
 
-def finished(out) -> bool:
-    """Whether the job kept at ``shard_dir(out)`` ran to its end."""
-    return bool(_Job(shard_dir(out)).record.get("finished"))
+def finished(out, stats: CorpusStats | None = None) -> bool:
+    """Whether the job kept at ``shard_dir(out)`` ran to its end (and, given what ``load_shards`` read from it,
+    whether every shard it recorded is still there whole)."""
+    record = _Job(shard_dir(out)).record
+    whole = stats is None or stats.n_texts == sum(r["n"] for r in record["shards"].values())
+    return bool(record.get("finished")) and whole
 
 
 def _shards(corpus, limit: int | None, shard_texts: int,

@@ -125,8 +125,13 @@ name = c1.selectbox("Statistic", list(LABELS), format_func=LABELS.get, key="corp
 what = c2.selectbox("Over texts", list(OVER), format_func=OVER.get, key="corpus_what")
 go, stop = st.columns(2)  # above the results, so Run stays where it is however many results show
 clicked = go.button("Run", key="corpus_run", type="primary")
+try:
+    so_far = cp.load_shards(cp.shard_dir(out), f.key)
+except ValueError:  # none finished yet
+    so_far = None
+done = so_far is not None and cp.finished(out, so_far)
 corpus = None
-if clicked or not cp.finished(out):  # a finished job needs no file: its results and top texts are kept
+if clicked or not done:  # a finished job needs no file: its results and top texts are kept
     try:
         corpus = cp.Corpus(files.keep(up) if up is not None else path, column, name=shown_as, max_bytes=TEXT_BYTES)
     except ValueError as e:
@@ -136,10 +141,8 @@ for line in st.session_state.pop("corpus_notes", []):
     st.info(plain(line), icon="🩹")
 bar = st.empty()
 results = st.empty()
-try:
-    so_far = cp.load_shards(cp.shard_dir(out), f.key)
-except ValueError:  # none finished yet
-    so_far = None
+if so_far is not None and not done and cp.finished(out):
+    st.warning("Some of this run's finished shards are damaged or gone: Run computes them again.", icon="🩹")
 if so_far is not None:
     show(so_far.table(), so_far.grid(name, what), so_far.n_texts, f"{LABELS[name]} · {OVER[what]}", results)
 
@@ -176,8 +179,7 @@ if clicked:
         st.stop()
     files.let_go()  # the results and top texts are kept; the upload itself is no longer needed on disk
     st.session_state["corpus_notes"] = notes
-    st.session_state["corpus_done"] = str(out)
     st.rerun()
 
-if so_far is not None and cp.finished(out):
+if done:
     top_texts(so_far, cp.top_texts(out))

@@ -94,7 +94,13 @@ def test_a_damaged_job_is_recomputed_where_needed_and_equals_an_uninterrupted_ru
     expected, ref_out = reference
     out = tmp_path / "stats.parquet"
     shutil.copytree(cp.shard_dir(ref_out), cp.shard_dir(out))
+    assert cp.finished(out, cp.load_shards(cp.shard_dir(out), "builtin:minilm"))
     damage(out)
+    try:
+        stale = cp.load_shards(cp.shard_dir(out), "builtin:minilm")  # what the page shows before Run
+    except ValueError:
+        stale = None
+    assert stale is None or not cp.finished(out, stale)  # damaged shards are left out, and the job is not done
     said, seen = [], []
     got = cp.run("builtin:minilm", CORPUS, out, progress=seen.append, note=said.append, **KW)
     assert len(said) == len(notes) and all(line.startswith(n) for line, n in zip(said, notes)), said
@@ -103,6 +109,7 @@ def test_a_damaged_job_is_recomputed_where_needed_and_equals_an_uninterrupted_ru
     before = 14 - sum(sizes[s] for s in recomputed)
     assert seen == list(np.cumsum([before] + [sizes[s] for s in recomputed])[1:])  # only those shards ran
     same(got, expected)
+    assert cp.finished(out, got)
     record = json.loads((cp.shard_dir(out) / "job.json").read_text())
     assert record["finished"] and sorted(map(int, record["shards"])) == [0, 1, 2, 3]
     assert [(r["first"], r["n"]) for _, r in sorted(record["shards"].items())] == [(0, 4), (4, 4), (8, 4), (12, 2)]
