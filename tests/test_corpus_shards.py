@@ -101,8 +101,8 @@ def test_a_damaged_job_is_recomputed_where_needed_and_equals_an_uninterrupted_ru
     except ValueError:
         stale = None
     assert stale is None or not cp.finished(out, stale)  # damaged shards are left out, and the job is not done
-    said, seen = [], []
-    got = cp.run("builtin:minilm", CORPUS, out, progress=seen.append, note=said.append, **KW)
+    said, seen, totals = [], [], cp.Totals()
+    got = cp.run("builtin:minilm", CORPUS, out, progress=seen.append, note=said.append, totals=totals, **KW)
     assert len(said) == len(notes) and all(line.startswith(n) for line, n in zip(said, notes)), said
     assert all(line.endswith(": computing it again") for line in said if line.startswith("shard")), said
     sizes = [4, 4, 4, 2]
@@ -110,6 +110,8 @@ def test_a_damaged_job_is_recomputed_where_needed_and_equals_an_uninterrupted_ru
     assert seen == list(np.cumsum([before] + [sizes[s] for s in recomputed])[1:])  # only those shards ran
     same(got, expected)
     assert cp.finished(out, got)
+    means = expected.table()[totals.table().columns]  # the page's running table: the kept shards plus the new ones
+    np.testing.assert_allclose(totals.table().to_numpy(float), means.to_numpy(float), atol=TOL)
     record = json.loads((cp.shard_dir(out) / "job.json").read_text())
     assert record["finished"] and sorted(map(int, record["shards"])) == [0, 1, 2, 3]
     assert [(r["first"], r["n"]) for _, r in sorted(record["shards"].items())] == [(0, 4), (4, 4), (8, 4), (12, 2)]
