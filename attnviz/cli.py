@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import os
 import sys
 import time
 from pathlib import Path
@@ -127,11 +126,12 @@ def cmd_roles(args) -> None:
 
 def cmd_corpus(args) -> None:
     from attnviz import corpus as cp
+    from attnviz import settings
 
     out = Path(args.out)
     if out.suffix.lower() not in (".parquet", ".csv"):
         raise InputError(f"--out must name a .parquet or .csv file, not {out.name!r}")
-    address = args.ray or os.environ.get("ATTNVIZ_RAY_ADDRESS") or None
+    address = args.ray or settings.ray_address()
     started = time.monotonic()
 
     def progress(done):
@@ -139,7 +139,8 @@ def cmd_corpus(args) -> None:
 
     try:
         source = cp.Corpus(args.input, args.column)
-        stats = cp.run(args.model, args.input, out, args.column, args.limit, address, progress=progress)
+        stats = cp.run(args.model, source, out, args.column, args.limit, address, progress=progress,
+                       note=lambda line: print(f"attnviz: {line}", file=sys.stderr))
         written = cp.write(stats, out, source, by=args.top_by, k=args.top)
     except ValueError as e:
         raise InputError(str(e)) from None

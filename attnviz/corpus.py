@@ -1,10 +1,13 @@
 """Corpus mode: every head's statistics over thousands of texts, as distributions, with the texts that stand out.
 
-A corpus (``.txt``, ``.csv``, ``.jsonl`` or ``.parquet``) is read as a stream, cut into shards of texts, and
-each shard run in right-padded batches: the recorder keeps each text's queries and keys cut to its own tokens
-(``attnviz.capture.record(net, lengths)``), so padding never reaches a statistic and a text's numbers are those
-of ``head_stats(attnviz.trace(text))``, computed for a whole batch at once (``padded_head_stats``). Per-text statistics (float32, (n, L, H) per statistic) are written
-shard by shard next to the output; a rerun skips finished shards, and nothing is kept past its shard.
+A corpus (``.txt``, ``.csv``, ``.jsonl`` or ``.parquet``) is read as a stream within a memory budget (a Parquet
+file's repeated values stay one copy, each row's size is checked before it is built), cut into shards of texts
+bounded in count and characters, and each shard run in right-padded batches: the recorder keeps each text's
+queries and keys cut to its own tokens (``attnviz.capture.record(net, lengths)``), so padding never reaches a
+statistic and a text's numbers are those of ``head_stats(attnviz.trace(text))``, computed for a whole batch at
+once (``padded_head_stats``). Per-text statistics (float32, (n, L, H) per statistic) are written shard by shard
+next to the output, each whole or not at all and recorded in ``job.json`` with its length, checksum and texts;
+a rerun keeps the shards that pass those checks, computes the others again, and nothing is kept past its shard.
 With Ray (``ray_address``), the same batches run in a Ray Data actor pool, each actor loading the model once.
 """
 
@@ -25,6 +28,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from . import settings
 from .analysis.heads import STATS, head_stats, is_punctuation, key_masks
 from .backends import open_model
 from .backends.common import check_text, encode
@@ -34,8 +38,12 @@ from .traces import AttentionTrace
 
 FORMATS = (".txt", ".csv", ".jsonl", ".parquet")
 MAX_TEXT_CHARS = 1_000_000  # one text (a line, a field) longer than this is a broken file, not a text
+READ_BYTES = 4 << 20  # what one read of a Parquet file may decode at once, by its own metadata
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 SHARD_TEXTS = 256
+# A shard also ends at this many characters (~32k tokens): at any text length a shard, the work a stop can lose,
+# is about a minute on two cores, and one text longer than this is a shard of its own.
+SHARD_CHARS = 1 << 17
 BATCH_TEXTS = 16
 BATCH_TOKENS = 8192  # a batch holds at most this many padded positions
 STATS_TILE_FLOATS = 1 << 20  # rows of a batch's weights at a time: the dozen passes over them stay in cache
@@ -66,33 +74,37 @@ class Corpus:
     """A corpus file, checked when opened (a ValueError that says what is wrong); iterating streams its texts.
 
     ``.txt``: one text per line, or paragraphs separated by blank lines when the file has any; ``.csv``,
-    ``.jsonl``, ``.parquet``: the values of ``column``. Blank texts are skipped.
+    ``.jsonl``, ``.parquet``: the values of ``column``. Blank texts are skipped. Messages call the file ``name``
+    (an upload's own name; default: the file's), and a Parquet file holding more than ``max_bytes`` of text is
+    refused.
     """
 
-    def __init__(self, path, column: str | None = None):
+    def __init__(self, path, column: str | None = None, name: str | None = None, max_bytes: int | None = None):
         self.path = Path(path)
+        self.name, self.max_bytes = name or self.path.name, max_bytes
         self.format = self.path.suffix.lower()
         if self.format not in FORMATS:
-            raise ValueError(f"{self.path.name}: a corpus must be {', '.join(FORMATS)}, not {self.format or 'no extension'!r}")
+            raise ValueError(f"{self.name}: a corpus must be {', '.join(FORMATS)}, not {self.format or 'no extension'!r}")
         if not self.path.is_file():
-            raise ValueError(f"{self.path}: no such file")
+            raise ValueError(f"{name or self.path}: no such file")
         if self.path.stat().st_size == 0:
-            raise ValueError(f"{self.path.name} is empty")
+            raise ValueError(f"{self.name} is empty")
         self.column = column or "text"
         if self.format != ".parquet":
-            head = self.path.open("rb").read(65536)
+            with self.path.open("rb") as f:
+                head = f.read(65536)
             if b"\0" in head:
-                raise ValueError(f"{self.path.name} looks binary (it has NUL bytes), not UTF-8 text")
+                raise ValueError(f"{self.name} looks binary (it has NUL bytes), not UTF-8 text")
             try:
                 head.decode("utf-8")
             except UnicodeDecodeError as e:
                 if e.start < len(head) - 4:  # not just a character cut at the end of the sample
-                    raise ValueError(f"{self.path.name} is not UTF-8 text (byte {e.start})") from None
+                    raise ValueError(f"{self.name} is not UTF-8 text (byte {e.start})") from None
             # paragraphs when a blank line separates two texts (not just trailing blank lines)
             self.paragraphs = self.format == ".txt" and re.search(rb"\S[ \t\r]*\n[ \t\r]*\n\s*\S", head) is not None
         self._check_column()
-        if next(iter(self), None) is None:
-            raise ValueError(f"{self.path.name} has no texts")
+        if next(iter(self), None) is None:  # reads up to the first text, no further
+            raise ValueError(f"{self.name} has no texts")
 
     def _check_column(self) -> None:
         if self.format == ".txt":
@@ -101,9 +113,12 @@ class Corpus:
             import pyarrow.parquet as pq
 
             try:
-                names = pq.ParquetFile(self.path).schema_arrow.names
+                with pq.ParquetFile(self.path) as f:
+                    names, meta = f.schema_arrow.names, f.metadata
             except Exception as e:
-                raise ValueError(f"{self.path.name} is not a Parquet file: {e}") from None
+                raise ValueError(f"{self.name} is not a Parquet file: {e}") from None
+            if self.column in names:
+                self._check_sizes(meta)
         elif self.format == ".csv":
             with self._open() as f:
                 names = next(csv.reader(f), [])
@@ -111,7 +126,53 @@ class Corpus:
             first = next((line for line in self._lines() if line.strip()), "{}")
             names = list(self._json(first, 1))
         if self.column not in names:
-            raise ValueError(f"{self.path.name} has no column {self.column!r}; its columns: {', '.join(map(str, names)) or 'none'}")
+            raise ValueError(f"{self.name} has no column {self.column!r}; its columns: {', '.join(map(str, names)) or 'none'}")
+
+    def _chunks(self, meta) -> list:
+        """The column's chunk metadata in each row group."""
+        return [next(c for c in (rg.column(j) for j in range(rg.num_columns)) if c.path_in_schema == self.column)
+                for rg in (meta.row_group(i) for i in range(meta.num_row_groups))]
+
+    def _check_sizes(self, meta) -> None:
+        """Refuse a Parquet file whose own metadata says its text is over ``max_bytes`` once uncompressed."""
+        declared = sum(c.total_uncompressed_size for c in self._chunks(meta))
+        if self.max_bytes is not None and declared > self.max_bytes:
+            raise ValueError(f"{self.name}: its column {self.column!r} holds {declared / 1e6:,.0f} MB uncompressed, "
+                             f"over the {self.max_bytes / 1e6:,.0f} MB taken here")
+
+    def _parquet(self) -> Iterator:
+        """The column's values, in batches the metadata says decode to about READ_BYTES; each row's size is read
+        from the batch before the row is built, so a small file of huge repeated values never expands."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        total, row = 0, 0
+        # read_dictionary: a value repeated in every row stays one copy (a 600-byte file can hold 1 MB rows)
+        with pq.ParquetFile(self.path, read_dictionary=[self.column], pre_buffer=False) as f:
+            for group, chunk in enumerate(self._chunks(f.metadata)):
+                rows = f.metadata.row_group(group).num_rows
+                size = max(chunk.total_compressed_size, chunk.total_uncompressed_size, 1)
+                step = int(min(1024, max(1, READ_BYTES * rows // size)))
+                for batch in f.iter_batches(batch_size=step, row_groups=[group], columns=[self.column]):
+                    values = batch.column(0)
+                    kind = values.type.value_type if pa.types.is_dictionary(values.type) else None
+                    if kind is None or not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+                        row += len(values)
+                        continue  # not text: skipped, as a non-string value is
+                    sizes = pc.take(pc.utf8_length(values.dictionary), values.indices).fill_null(0).to_numpy(
+                        zero_copy_only=False)  # (rows,) characters of each row's text
+                    if len(sizes) and sizes.max() > MAX_TEXT_CHARS:
+                        at = int(sizes.argmax())
+                        raise ValueError(f"{self.name}: row {row + at + 1:,} holds {sizes[at]:,} characters, over "
+                                         f"the {MAX_TEXT_CHARS:,} one text may have")
+                    for i, n in enumerate(sizes.tolist()):
+                        total += n
+                        if self.max_bytes is not None and total > self.max_bytes:
+                            raise ValueError(f"{self.name} holds more than {self.max_bytes / 1e6:,.0f} MB of text by "
+                                             f"row {row + i + 1:,}, the most taken here")
+                        yield values[i].as_py()
+                    row += len(values)
 
     def _open(self):
         return self.path.open(encoding="utf-8", newline="")
@@ -121,16 +182,16 @@ class Corpus:
         with self._open() as f:
             for number, line in enumerate(iter(lambda: f.readline(MAX_TEXT_CHARS + 2), ""), 1):
                 if len(line) > MAX_TEXT_CHARS and not line.endswith("\n"):
-                    raise ValueError(f"{self.path.name}: line {number} is longer than {MAX_TEXT_CHARS:,} characters")
+                    raise ValueError(f"{self.name}: line {number} is longer than {MAX_TEXT_CHARS:,} characters")
                 yield line
 
     def _json(self, line: str, number: int) -> dict:
         try:
             record_ = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{self.path.name}: line {number} is not JSON ({e.msg})") from None
+            raise ValueError(f"{self.name}: line {number} is not JSON ({e.msg})") from None
         if not isinstance(record_, dict):
-            raise ValueError(f"{self.path.name}: line {number} is not a JSON object")
+            raise ValueError(f"{self.name}: line {number} is not a JSON object")
         return record_
 
     def _raw(self) -> Iterator:
@@ -157,19 +218,16 @@ class Corpus:
                 try:
                     yield from (row.get(self.column) for row in csv.DictReader(f))
                 except csv.Error as e:
-                    raise ValueError(f"{self.path.name}: {e} (a field over {MAX_TEXT_CHARS:,} characters?)") from None
+                    raise ValueError(f"{self.name}: {e} (a field over {MAX_TEXT_CHARS:,} characters?)") from None
         else:
-            import pyarrow.parquet as pq
-
-            for batch in pq.ParquetFile(self.path).iter_batches(batch_size=1024, columns=[self.column]):
-                yield from batch.column(0).to_pylist()
+            yield from self._parquet()
 
     def __iter__(self) -> Iterator[str]:
         for value in self._raw():
             if not isinstance(value, str):
                 continue
             if len(value) > MAX_TEXT_CHARS:
-                raise ValueError(f"{self.path.name}: a text is longer than {MAX_TEXT_CHARS:,} characters")
+                raise ValueError(f"{self.name}: a text is longer than {MAX_TEXT_CHARS:,} characters")
             try:
                 yield check_text(value.strip())
             except ValueError:  # blank
@@ -347,10 +405,13 @@ def _padded_batch(backend, encs: list) -> dict[str, np.ndarray]:
     return padded_head_stats([rec.layers(item=b) for b in range(B)], keys, lengths, backend.kind == "decoder")
 
 
-def text_stats(backend, texts: list[str], batch_texts: int = BATCH_TEXTS) -> dict[str, np.ndarray]:
+def text_stats(backend, texts: list[str], batch_texts: int = BATCH_TEXTS, max_tokens: int | None = None,
+               tick: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
     """Each text's statistics: name in NAMES -> (n, L, H) float32, and "n_tokens" -> (n,).
 
-    Texts are sorted by length and run in padded batches (one at a time where the backend cannot batch).
+    Texts are cut to ``max_tokens`` (default: the backend's limit), sorted by length and run in padded batches
+    (one at a time where the backend cannot batch); ``tick(texts_done)`` is called before each batch, where a
+    caller that wants the work stopped can raise.
     """
     if backend.kind == "encoder-decoder":
         raise ValueError(f"corpus mode runs encoders and decoders; {backend.key} is an encoder–decoder")
@@ -359,13 +420,15 @@ def text_stats(backend, texts: list[str], batch_texts: int = BATCH_TEXTS) -> dic
     out["n_tokens"] = np.empty(n, np.int64)
     if not batchable(backend):
         for i, text in enumerate(texts):
-            trace = backend.trace(text)
+            if tick is not None:
+                tick(i)
+            trace = backend.trace(text, max_tokens=max_tokens)
             for name, value in trace_stats(trace).items():
                 out[name][i] = value
             out["n_tokens"][i] = trace.n_tokens
         return out
     with backend.lock:
-        encs = [encode(backend.tokenizer, check_text(t), backend.limit()) for t in texts]
+        encs = [encode(backend.tokenizer, check_text(t), backend.limit(max_tokens)) for t in texts]
     order = sorted(range(n), key=lambda i: len(encs[i].ids))  # similar lengths together: little padding
     start = 0
     while start < n:
@@ -373,6 +436,8 @@ def text_stats(backend, texts: list[str], batch_texts: int = BATCH_TEXTS) -> dic
         while stop < n and stop - start < batch_texts and (stop - start + 1) * len(encs[order[stop]].ids) <= BATCH_TOKENS:
             stop += 1
         chosen = order[start:stop]
+        if tick is not None:
+            tick(start)
         with backend.lock:
             stats = _padded_batch(backend, [encs[i] for i in chosen])
         for name in NAMES:
@@ -437,6 +502,33 @@ class CorpusStats:
         return frame.sort_values(["layer", "head", "end", "rank"], ignore_index=True)
 
 
+class Totals:
+    """Running sums of every statistic over the texts done so far: the means' grid and table while a job runs,
+    without reloading its shards."""
+
+    def __init__(self):
+        self.n_texts, self.sums = 0, {}
+
+    def add(self, stats: dict) -> None:
+        """Add one shard's per-text statistics (name -> (n, L, H))."""
+        for name in NAMES:
+            self.sums[name] = self.sums.get(name, 0.0) + stats[name].sum(0, dtype=np.float64)
+        self.n_texts += len(stats["n_tokens"])
+
+    def grid(self, name: str) -> np.ndarray:
+        """(L, H): the statistic's mean per head so far."""
+        return self.sums[name] / self.n_texts
+
+    def table(self):
+        """One row per head: layer, head, n_texts and each statistic's mean (CorpusStats.table's mean columns)."""
+        import pandas as pd
+
+        L, H = self.sums[NAMES[0]].shape
+        layer, head = np.divmod(np.arange(L * H), H)
+        return pd.DataFrame({"layer": layer, "head": head, "n_texts": np.full(L * H, self.n_texts),
+                             **{f"{name}_mean": self.grid(name).ravel() for name in NAMES}})
+
+
 def write_table(frame, out: Path) -> None:
     """A DataFrame as Parquet or CSV, by the name's suffix, written whole or not at all."""
     tmp = out.with_name(out.name + ".tmp")
@@ -449,87 +541,219 @@ def write_table(frame, out: Path) -> None:
 
 # ---------------------------------------------------------------- running a job
 
+JOB_VERSION = 2  # what a job.json records; another version starts the job afresh
+
 
 def shard_dir(out) -> Path:
     return Path(str(out) + ".shards")
 
 
-def _job(shards: Path, fingerprint: dict) -> None:
-    """Keep the finished shards of the same job; start afresh for another one."""
-    meta = shards / "job.json"
-    if shards.is_dir() and (not meta.is_file() or json.loads(meta.read_text()) != fingerprint):
-        shutil.rmtree(shards)
-    shards.mkdir(parents=True, exist_ok=True)
-    meta.write_text(json.dumps(fingerprint))
+def write_private(path: Path, data: bytes, pause: float = 0.0) -> None:
+    """``data`` to ``path`` whole or not at all: a 0600 temporary file in the same folder, synced, then renamed
+    into place (atomic on POSIX). ``pause``: seconds to wait half-written (a test kills the writer there)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+            f.write(data[: len(data) // 2])
+            if pause:
+                f.flush()
+                time.sleep(pause)
+            f.write(data[len(data) // 2:])
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
-def _save_shard(path: Path, ids: np.ndarray, stats: dict) -> None:
-    buf = io.BytesIO()
-    np.savez(buf, ids=ids, **stats)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, path)  # a shard is there whole or not at all
+class _Job:
+    """A job's folder: ``job.json`` (what the job runs, and each finished shard's texts, length and checksum) and
+    its shards, each of which also names its job and texts."""
+
+    def __init__(self, folder: Path, fingerprint: dict | None = None, note: Callable[[str], None] = lambda line: None):
+        """Open the job in ``folder``: one for ``fingerprint`` (another job's, or a damaged record, starts afresh),
+        or, without one, as it is (nothing is changed)."""
+        self.folder, self.meta = folder, folder / "job.json"
+        record = self._read(note if fingerprint is not None else lambda line: None)
+        if fingerprint is None:
+            self.record = record or {"job": "", "shards": {}, "finished": False}
+            return
+        if record is None or record.get("fingerprint") != fingerprint:
+            if folder.is_dir():
+                shutil.rmtree(folder)
+            record = {"fingerprint": fingerprint, "job": digest(json.dumps(fingerprint, sort_keys=True).encode()),
+                      "shards": {}, "finished": False}
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for leftover in folder.glob(".*.tmp"):  # a write that was killed before its rename
+            leftover.unlink(missing_ok=True)
+        self.record = record
+        self.write()
+
+    def _read(self, note) -> dict | None:
+        if not self.folder.is_dir():
+            return None
+        try:
+            record = json.loads(self.meta.read_text(encoding="utf-8"))
+            if not (isinstance(record, dict) and isinstance(record.get("shards"), dict)
+                    and isinstance(record.get("job"), str)):
+                raise ValueError("not a job record")
+            return record
+        except FileNotFoundError:
+            if any(self.folder.glob("shard-*.npz")):
+                note("job.json is missing: starting the job afresh")
+        except (OSError, ValueError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            note("job.json is damaged: starting the job afresh")
+        return None
+
+    @property
+    def id(self) -> str:
+        return self.record["job"]
+
+    def write(self) -> None:
+        write_private(self.meta, json.dumps(self.record).encode())
+
+    def path(self, s: int) -> Path:
+        return self.folder / f"shard-{s:05d}.npz"
+
+    def check(self, s: int, ids) -> tuple[dict | None, str | None]:
+        """(shard ``s``'s arrays, None) when it holds exactly texts ``ids`` of this job, whole; else (None, why it
+        must be computed again; None when it was simply never written)."""
+        path, rec = self.path(s), self.record["shards"].get(str(s))
+        if not path.is_file():
+            return None, "is missing" if rec else None
+        data = path.read_bytes()
+        if not data:
+            return None, "is empty"
+        if rec is None:
+            return None, "was never recorded as finished"
+        if len(data) < rec.get("bytes", 0):
+            return None, f"is cut short ({len(data):,} of {rec['bytes']:,} bytes)"
+        try:
+            with np.load(io.BytesIO(data)) as f:
+                arrays = {k: f[k] for k in f.files}
+        except Exception:  # a damaged zip, a truncated member: any failure to read means "compute it again"
+            return None, "cannot be read"
+        got = arrays.get("ids", np.empty(0, np.int64))
+        if str(arrays.get("job", "")) != self.id:
+            return None, "belongs to another job"
+        if len(got) != len(ids) or not np.array_equal(got, ids):
+            held = f"texts {got[0]:,}–{got[-1]:,}" if len(got) else "no texts"
+            return None, f"holds {held}, not {ids[0]:,}–{ids[-1]:,}"
+        if len(data) != rec.get("bytes") or hashlib.sha256(data).hexdigest() != rec.get("sha256"):
+            return None, "fails its checksum"
+        if not set(NAMES) <= set(arrays):
+            return None, "lacks statistics"
+        return arrays, None
+
+    def save(self, s: int, ids, stats: dict) -> None:
+        """Shard ``s`` whole, then its record in job.json."""
+        buf = io.BytesIO()
+        np.savez(buf, ids=np.asarray(ids, np.int64), job=np.array(self.id), **stats)
+        data = buf.getvalue()
+        write_private(self.path(s), data, pause=settings.shard_write_pause())
+        self.record["shards"][str(s)] = {"first": int(ids[0]), "n": len(ids), "bytes": len(data),
+                                         "sha256": hashlib.sha256(data).hexdigest()}
+        self.write()
+
+    def done(self) -> Iterator[dict]:
+        """The arrays of every recorded shard that passes its checks, in corpus order."""
+        for key, rec in sorted(self.record["shards"].items(), key=lambda kv: int(kv[0])):
+            arrays, _ = self.check(int(key), np.arange(rec["first"], rec["first"] + rec["n"]))
+            if arrays is not None:
+                yield arrays
 
 
 def load_shards(shards: Path, model: str) -> CorpusStats:
-    """Every finished shard of a job, in corpus order."""
-    parts = []
-    for p in sorted(shards.glob("shard-*.npz")):
-        with np.load(p) as f:
-            parts.append({k: f[k] for k in f.files})
+    """Every finished shard of a job that passes its checks, in corpus order (a ValueError when none has)."""
+    parts = list(_Job(Path(shards)).done())
     if not parts:
         raise ValueError("no shard has finished yet")
-    cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    cat = {k: np.concatenate([p[k] for p in parts]) for k in ("ids", "n_tokens", *NAMES)}
     return CorpusStats(model, cat.pop("ids"), cat.pop("n_tokens"), {name: cat[name] for name in NAMES})
 
 
-def _shards(corpus, limit: int | None, shard_texts: int) -> Iterator[tuple[int, list[int], list[str]]]:
-    """(shard number, text ids, texts), streamed."""
-    ids: list[int] = []
-    texts: list[str] = []
+def finished(out, stats: CorpusStats | None = None) -> bool:
+    """Whether the job kept at ``shard_dir(out)`` ran to its end (and, given what ``load_shards`` read from it,
+    whether every shard it recorded is still there whole)."""
+    record = _Job(shard_dir(out)).record
+    whole = stats is None or stats.n_texts == sum(r["n"] for r in record["shards"].values())
+    return bool(record.get("finished")) and whole
+
+
+def _shards(corpus, limit: int | None, shard_texts: int,
+            shard_chars: int) -> Iterator[tuple[int, list[int], list[str]]]:
+    """(shard number, text ids, texts), streamed: a shard ends at ``shard_texts`` texts or ``shard_chars``
+    characters, whichever comes first."""
+    s, ids, texts, chars = 0, [], [], 0
     for i, text in enumerate(corpus):
         if limit is not None and i >= limit:
             break
         ids.append(i)
         texts.append(text)
-        if len(texts) == shard_texts:
-            yield ids[0] // shard_texts, ids, texts
-            ids, texts = [], []
+        chars += len(text)
+        if len(texts) == shard_texts or chars >= shard_chars:
+            yield s, ids, texts
+            s, ids, texts, chars = s + 1, [], [], 0
     if texts:
-        yield ids[0] // shard_texts, ids, texts
+        yield s, ids, texts
 
 
 def run(model: str, path, out, column: str | None = None, limit: int | None = None, ray_address: str | None = None,
         shard_texts: int = SHARD_TEXTS, batch_texts: int = BATCH_TEXTS,
-        progress: Callable[[int], None] | None = None, backend=None) -> CorpusStats:
-    """Run ``model`` over the corpus at ``path`` and return its per-text statistics; shards are kept under
-    ``shard_dir(out)`` and a rerun of the same job skips the finished ones. ``progress(texts_done)`` is called
-    after each shard (``load_shards`` reads the results so far). ``ray_address`` ("auto" or an address) runs
-    the batches on Ray; ``backend`` is ``model`` already loaded (the app's cached one), else it is loaded here."""
-    corpus = Corpus(path, column)
+        progress: Callable[[int], None] | None = None, backend=None, max_tokens: int | None = None,
+        tick: Callable[[int], None] | None = None, note: Callable[[str], None] | None = None,
+        totals: Totals | None = None, shard_chars: int = SHARD_CHARS) -> CorpusStats:
+    """Run ``model`` over the corpus at ``path`` (or a ``Corpus``) and return its per-text statistics.
+
+    Shards are kept under ``shard_dir(out)``; a rerun of the same job keeps the finished ones that pass their
+    checks and computes the others again, telling ``note(line)`` which and why. ``progress(texts_done)`` is
+    called after each shard, with ``totals`` (when given) holding the running sums so far; ``tick(texts_done)``
+    before every batch, where a caller can raise to stop. Texts are cut to ``max_tokens`` (default: the model's
+    limit). ``ray_address`` ("auto" or an address) runs the batches on Ray; ``backend`` is ``model`` already
+    loaded (the app's cached one), else it is loaded here.
+    """
+    corpus = path if isinstance(path, Corpus) else Corpus(path, column)
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be at least 1, not {limit}")
-    shards = shard_dir(out)
-    _job(shards, {"model": model, "input": corpus.fingerprint(), "limit": limit, "shard_texts": shard_texts,
-                  "version": 1})
-    pending = ((s, ids, texts) for s, ids, texts in _shards(corpus, limit, shard_texts)
-               if not (shards / f"shard-{s:05d}.npz").is_file())
-    done = 0
-    for p in shards.glob("shard-*.npz"):
-        with np.load(p) as f:
-            done += len(f["ids"])
+    say = note or (lambda line: None)
+    job = _Job(shard_dir(out), {"model": model, "input": corpus.fingerprint(), "limit": limit,
+                                "shard_texts": shard_texts, "shard_chars": shard_chars, "max_tokens": max_tokens,
+                                "version": JOB_VERSION}, say)
+    done, todo = 0, set()
+    for s, ids, _ in _shards(corpus, limit, shard_texts, shard_chars):  # first pass: which shards stand
+        arrays, why = job.check(s, ids)
+        if arrays is None:
+            todo.add(s)
+            if why:
+                say(f"shard {s} (texts {ids[0]:,}–{ids[-1]:,}) {why}: computing it again")
+            continue
+        done += len(ids)
+        if totals is not None:
+            totals.add(arrays)
+    pending = ((s, ids, texts) for s, ids, texts in _shards(corpus, limit, shard_texts, shard_chars) if s in todo)
+
+    def ticks(base: int) -> Callable[[int], None] | None:
+        return None if tick is None else lambda k: tick(base + k)
+
     if ray_address:
         from .corpus_ray import run_shards
-        finished = run_shards(model, pending, ray_address, batch_texts)
+
+        finished_ = run_shards(model, pending, ray_address, batch_texts, max_tokens=max_tokens, tick=ticks(done))
     else:
         backend = backend or open_model(model)
-        finished = ((s, ids, text_stats(backend, texts, batch_texts)) for s, ids, texts in pending)
-    for s, ids, stats in finished:
-        _save_shard(shards / f"shard-{s:05d}.npz", np.asarray(ids, np.int64), stats)
+        finished_ = ((s, ids, text_stats(backend, texts, batch_texts, max_tokens, ticks(done)))
+                     for s, ids, texts in pending)
+    for s, ids, stats in finished_:
+        job.save(s, ids, stats)
         done += len(ids)
+        if totals is not None:
+            totals.add(stats)
         if progress is not None:
             progress(done)
-    return load_shards(shards, model)
+    job.record["finished"] = True
+    job.write()
+    return load_shards(job.folder, model)
 
 
 def write(stats: CorpusStats, out, corpus: Corpus | None = None, by: str = "max", k: int = 5) -> list[Path]:
@@ -542,6 +766,30 @@ def write(stats: CorpusStats, out, corpus: Corpus | None = None, by: str = "max"
     top_path = out.with_name(f"{out.stem}.top{out.suffix}")
     write_table(top, top_path)
     return [out, top_path]
+
+
+def keep_top_texts(stats: CorpusStats, corpus: Corpus, out, k: int = 5, max_chars: int = 4000) -> None:
+    """Save beside the job the texts that rank among any head's k highest or lowest on any statistic (cut to
+    ``max_chars``), so its results can show them once the corpus file itself is gone (``top_texts``)."""
+    ids = {int(i) for name in NAMES for i in stats.top(name, k)["text_id"]}
+    texts = {str(i): t[:max_chars] for i, t in texts_by_id(corpus, ids).items()}
+    write_private(shard_dir(out) / "texts.json", json.dumps(texts, ensure_ascii=False).encode())
+
+
+def job_bytes(n_texts: int, n_heads: int, corpus_bytes: int) -> int:
+    """At most the disk a job over ``n_texts`` texts keeps, for a model of ``n_heads`` heads (layers × heads) and a
+    corpus of ``corpus_bytes`` of text: float32 statistics per head and text, each shard's zip overhead, job.json,
+    and its top texts (at most the corpus itself)."""
+    shards = n_texts // SHARD_TEXTS + corpus_bytes // SHARD_CHARS + 2
+    return n_texts * (n_heads * len(NAMES) * 4 + 32) + shards * 8192 + min(corpus_bytes, n_texts * 16_000) + 65_536
+
+
+def top_texts(out) -> dict[int, str]:
+    """The texts ``keep_top_texts`` saved for the job of ``out`` (empty when none were)."""
+    try:
+        return {int(i): t for i, t in json.loads((shard_dir(out) / "texts.json").read_text(encoding="utf-8")).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def estimate(done: int, total: int | None, started: float, done_at_start: int = 0) -> float | None:
@@ -563,3 +811,29 @@ def count(corpus, limit: int | None = None) -> int:
 def digest(data: bytes) -> str:
     """A short name for uploaded bytes: the page keeps an upload's shards under it."""
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+def trim(work, budget: int, keep=()) -> int:
+    """Remove what folder ``work`` holds past ``budget`` bytes, never a path in ``keep``: stray files (uploads no
+    session holds) first, then finished jobs, then unfinished ones, oldest first. Returns the bytes it still holds."""
+    work, keep = Path(work), {Path(k) for k in keep}
+
+    def size(p: Path) -> int:
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
+
+    def rank(p: Path) -> tuple:
+        jobs = p.is_dir() and p.name.endswith(".shards")
+        age = (p / "job.json").stat().st_mtime if jobs and (p / "job.json").exists() else p.stat().st_mtime
+        return (jobs, jobs and not _Job(p).record.get("finished"), age)
+
+    entries = {p: size(p) for p in work.iterdir()} if work.is_dir() else {}
+    used = sum(entries.values())
+    for p in sorted((p for p in entries if p not in keep), key=rank):
+        if used <= budget:
+            break
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        used -= entries[p]
+    return used

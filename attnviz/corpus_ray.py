@@ -8,7 +8,7 @@ in-process.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -16,15 +16,15 @@ import numpy as np
 class StatsActor:
     """A Ray Data actor: loads the model once, then turns batches of texts into their statistics."""
 
-    def __init__(self, model: str, batch_texts: int):
+    def __init__(self, model: str, batch_texts: int, max_tokens: int | None = None):
         from .backends import open_model
 
-        self.backend, self.batch_texts = open_model(model), batch_texts
+        self.backend, self.batch_texts, self.max_tokens = open_model(model), batch_texts, max_tokens
 
     def __call__(self, batch: dict) -> dict:
         from .corpus import text_stats
 
-        stats = text_stats(self.backend, [str(t) for t in batch["text"]], self.batch_texts)
+        stats = text_stats(self.backend, [str(t) for t in batch["text"]], self.batch_texts, self.max_tokens)
         return {"id": batch["id"], "shard": batch["shard"], **stats}
 
 
@@ -44,9 +44,11 @@ def workers() -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def run_shards(model: str, pending: Iterable, address: str, batch_texts: int,
-               actors: int | None = None) -> Iterator[tuple[int, list[int], dict]]:
-    """(shard, ids, stats) for every pending (shard, ids, texts), as each shard's last text comes back."""
+def run_shards(model: str, pending: Iterable, address: str, batch_texts: int, actors: int | None = None,
+               max_tokens: int | None = None,
+               tick: Callable[[int], None] | None = None) -> Iterator[tuple[int, list[int], dict]]:
+    """(shard, ids, stats) for every pending (shard, ids, texts), as each shard's last text comes back; texts are
+    cut to ``max_tokens``, and ``tick(texts_back)`` is called as each batch comes back."""
     import ray
 
     connect(address)
@@ -61,11 +63,16 @@ def run_shards(model: str, pending: Iterable, address: str, batch_texts: int,
     # at least one block per actor, or a short job leaves actors idle (16 texts made one block: one actor worked)
     blocks = max(min(n, len(items)), min(len(items) // batch_texts, 4 * n))
     ds = ray.data.from_items(items, override_num_blocks=blocks)
-    results = ds.map_batches(StatsActor, fn_constructor_args=(model, batch_texts), batch_size=batch_texts * 4,
-                             compute=ray.data.ActorPoolStrategy(size=n), num_cpus=1, batch_format="numpy")
+    results = ds.map_batches(StatsActor, fn_constructor_args=(model, batch_texts, max_tokens),
+                             batch_size=batch_texts * 4, compute=ray.data.ActorPoolStrategy(size=n), num_cpus=1,
+                             batch_format="numpy")
     parts: dict[int, list[dict]] = {s: [] for s in waiting}
     got: dict[int, int] = {s: 0 for s in waiting}
+    back = 0
     for batch in results.iter_batches(batch_size=None, batch_format="numpy"):
+        back += len(batch["id"])
+        if tick is not None:
+            tick(back)
         for shard in np.unique(batch["shard"]):
             rows = batch["shard"] == shard
             parts[shard].append({k: v[rows] for k, v in batch.items() if k != "shard"})

@@ -117,3 +117,32 @@ def max_jobs() -> int:
 def max_train_steps() -> int:
     """ATTNVIZ_MAX_TRAIN_STEPS: the most training steps one session may run, all its trainings together."""
     return int(_number("ATTNVIZ_MAX_TRAIN_STEPS", 2000))
+
+
+# Corpus mode: where jobs run and what they may keep, environment only (never a visitor's choice).
+
+
+def ray_address() -> str | None:
+    """ATTNVIZ_RAY_ADDRESS: the Ray cluster corpus jobs run on ("auto" or an address); unset: in this process."""
+    return os.environ.get("ATTNVIZ_RAY_ADDRESS", "").strip() or None
+
+
+def corpus_dir() -> str | None:
+    """ATTNVIZ_CORPUS_DIR: a folder whose files the Corpus page may read by path (never in public mode)."""
+    return os.environ.get("ATTNVIZ_CORPUS_DIR", "").strip() or None
+
+
+def corpus_work() -> str | None:
+    """ATTNVIZ_CORPUS_WORK: where the Corpus page keeps uploads and shards (unset: <tmp>/attnviz-corpus)."""
+    return os.environ.get("ATTNVIZ_CORPUS_WORK", "").strip() or None
+
+
+def corpus_disk_mb() -> float:
+    """ATTNVIZ_CORPUS_DISK_MB: the most disk the Corpus page's uploads and shards take, all sessions together."""
+    return _number("ATTNVIZ_CORPUS_DISK_MB", 1024)
+
+
+def shard_write_pause() -> float:
+    """ATTNVIZ_TEST_SHARD_PAUSE: seconds a corpus shard's write waits half-written (tests kill it there); 0: none."""
+    raw = os.environ.get("ATTNVIZ_TEST_SHARD_PAUSE", "").strip()
+    return _number("ATTNVIZ_TEST_SHARD_PAUSE", 0) if raw else 0.0

@@ -1,7 +1,5 @@
 """Corpus: every head's statistics over a whole file of texts, as they come in, with the texts that stand out."""
 
-import os
-import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -9,11 +7,14 @@ from pathlib import Path
 import streamlit as st
 
 from attnviz import corpus as cp
+from attnviz import settings
 from attnviz.analysis.heads import STATS
 from attnviz.data import CORPUS
 from attnviz.figures.analysis import head_map
-from attnviz.ui.frame import frame, plain
-from attnviz.ui.share import allowed_models, code
+from attnviz.ui import corpus as files
+from attnviz.ui import jobs
+from attnviz.ui.frame import frame, max_tokens, plain
+from attnviz.ui.share import code, locked
 
 f = frame("Corpus")
 st.title("Corpus")
@@ -21,42 +22,38 @@ st.caption("Run every text of a file through the model and see what each head do
            "the Analysis page's statistics as distributions over texts, attention by token category, and the "
            "texts where each head stands out. Texts run in padded batches; padding never reaches a number.")
 
-# uploads and finished shards (a rerun resumes)
-WORK = Path(os.environ.get("ATTNVIZ_CORPUS_WORK") or Path(tempfile.gettempdir()) / "attnviz-corpus")
-CORPUS_DIR = os.environ.get("ATTNVIZ_CORPUS_DIR")  # where the operator allows reading files by path
 LABELS = {**{k: s.label for k, s in STATS.items()}, **{k: f"share on {v}" for k, v in cp.CATEGORIES.items()}}
+OVER = {"mean": "mean", **{f"p{q}": f"{q}th percentile" for q in (10, 25, 50, 75, 90)}}
+TEXT_BYTES = 256 * 2**20  # the most text one file may hold once decoded (a Parquet file's own metadata first)
+LOCKED = locked()  # a public demo or an operator's model list: visitors choose no path and no cluster
 
 if st.session_state.pop("corpus_open", False):
     st.switch_page("pages/1_Attention.py", query_params={})
 
 
-def source() -> Path | None:
-    """The chosen corpus file (the demo, an upload saved under WORK, or an allowed path), or None."""
-    choices = ["demo", "upload"] + (["path"] if CORPUS_DIR else [])
+def source():
+    """(the chosen corpus file, the name to call it, the upload or None), or None while there is none."""
+    folder = settings.corpus_dir()
+    choices = ["demo", "upload"] + (["path"] if folder and not LOCKED else [])
     names = {"demo": "Demo: 400 generated sentences", "upload": "Upload a file", "path": "A file on the server"}
+    if st.session_state.get("corpus_source") not in choices:  # a crafted state or a lock set since: not offered
+        st.session_state.pop("corpus_source", None)
     how = st.radio("Corpus", choices, format_func=names.get, key="corpus_source", horizontal=True)
     if how == "demo":
-        return CORPUS
+        return CORPUS, CORPUS.name, None
     if how == "upload":
         up = st.file_uploader("A .txt (a text per line, or blank-line separated), .csv, .jsonl or .parquet file",
                               type=[e.lstrip(".") for e in cp.FORMATS], key="corpus_upload")
-        if up is None:
-            return None
-        data = up.getvalue()
-        path = WORK / f"{cp.digest(data)}{Path(up.name).suffix.lower()}"
-        if not path.exists():
-            WORK.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        return path
-    typed = st.text_input(f"Path under {CORPUS_DIR}", key="corpus_path")
+        return None if up is None else (files.upload_path(up), up.name, up)
+    typed = st.text_input(f"Path under {folder}", key="corpus_path")
     if not typed:
         return None
-    root = Path(CORPUS_DIR).resolve()
+    root = Path(folder).resolve()
     path = (root / typed).resolve()
     if not path.is_relative_to(root):
-        st.error(f"Only files under {code(CORPUS_DIR)} can be read.")
+        st.error(f"Only files under {code(folder)} can be read.")
         return None
-    return path
+    return path, typed, None
 
 
 def open_text(text: str, layer: int, head: int) -> None:
@@ -65,23 +62,31 @@ def open_text(text: str, layer: int, head: int) -> None:
     st.session_state.setdefault("shared_values", {}).update(text=text, layer=layer, head=head)
 
 
-def show(stats: cp.CorpusStats, name: str, what: str, where) -> None:
+def headers(columns) -> dict:
+    """Readable headers for a table's columns ("entropy_p90" -> "entropy · 90th percentile")."""
+    config = {"n_texts": st.column_config.NumberColumn("texts")}
+    for column in columns:
+        name, _, what = column.rpartition("_")
+        if name in LABELS:
+            config[column] = st.column_config.NumberColumn(f"{LABELS[name]} · {OVER[what]}", format="%.4f")
+    return config
+
+
+def show(table, grid, n_texts: int, title: str, where) -> None:
     """The grid, the table and the downloads of the statistics so far (again as each shard finishes)."""
     with where.container():
-        st.plotly_chart(head_map(stats.grid(name, what), f"{LABELS[name]} · {what} over {stats.n_texts:,} texts",
-                                 (0.0, float(stats.grid(name, what).max()) or 1.0), value_name=LABELS[name]),
-                        key=f"corpus_grid_{stats.n_texts}")
-        table = stats.table()
-        st.dataframe(table, hide_index=True, key=f"corpus_table_{stats.n_texts}")
+        st.plotly_chart(head_map(grid, f"{title} over {n_texts:,} texts", (0.0, float(grid.max()) or 1.0),
+                                 value_name=title), key=f"corpus_grid_{n_texts}")
+        st.dataframe(table, hide_index=True, column_config=headers(table.columns), key=f"corpus_table_{n_texts}")
         base = f"attnviz_corpus_{f.key.replace(':', '-').replace('/', '-')}"
         d1, d2 = st.columns(2)
         d1.download_button("Download Parquet", table.to_parquet(index=False), f"{base}.parquet",
-                           "application/vnd.apache.parquet", key=f"corpus_parquet_{stats.n_texts}")
+                           "application/vnd.apache.parquet", key=f"corpus_parquet_{n_texts}")
         d2.download_button("Download CSV", table.to_csv(index=False), f"{base}.csv", "text/csv",
-                           key=f"corpus_csv_{stats.n_texts}")
+                           key=f"corpus_csv_{n_texts}")
 
 
-def top_texts(stats: cp.CorpusStats, corpus: cp.Corpus) -> None:
+def top_texts(stats: cp.CorpusStats, texts: dict) -> None:
     st.header("Where each head stands out")
     c1, c2, c3 = st.columns(3)
     L, H = stats.values["entropy"].shape[1:]
@@ -91,7 +96,6 @@ def top_texts(stats: cp.CorpusStats, corpus: cp.Corpus) -> None:
                       key="corpus_by")
     top = stats.top(by, 5)
     top = top[(top.layer == layer) & (top["head"] == head)]
-    texts = cp.texts_by_id(corpus, top.text_id.unique())
     for end, title in (("most", "Highest"), ("least", "Lowest")):
         st.subheader(f"{title} {LABELS[by]}")
         for row in top[top.end == end].itertuples():
@@ -102,58 +106,80 @@ def top_texts(stats: cp.CorpusStats, corpus: cp.Corpus) -> None:
                      help="Open this text on the Attention page at this head")
 
 
-path = source()
-if path is None:
+chosen = source()
+if chosen is None:
     st.stop()
+path, shown_as, up = chosen
 c1, c2, c3 = st.columns(3)
 column = c1.text_input("Text column (.csv, .jsonl, .parquet)", "text", key="corpus_column")
 limit = int(c2.number_input("At most this many texts", 1, 1_000_000, 1000, key="corpus_limit"))
-ray = os.environ.get("ATTNVIZ_RAY_ADDRESS", "")
-if allowed_models() is None:  # a locked demo: visitors do not pick where jobs run
-    ray = c3.text_input("Ray address (optional)", ray, key="corpus_ray",
-                        help="auto: a local Ray, or the cluster `ray start` made; or a cluster address. Empty: run here.")
-try:
-    corpus = cp.Corpus(path, column)
-except ValueError as e:
-    st.error(plain(str(e)))
-    st.stop()
-out = WORK / f"{cp.digest(f'{path.resolve()}|{f.key}|{column}|{limit}'.encode())}.parquet"
+ray = settings.ray_address()  # the operator's; in a locked demo nothing a visitor sends changes it
+if not LOCKED:
+    ray = c3.text_input("Ray address (optional)", ray or "", key="corpus_ray",
+                        help="auto: a local Ray, or the cluster `ray start` made; or a cluster address. "
+                             "Empty: run here.").strip() or None
+cap = max_tokens()
+out = files.work() / f"{cp.digest(f'{path.resolve()}|{f.key}|{column}|{limit}|{cap}'.encode())}.parquet"
 c1, c2 = st.columns(2)
 name = c1.selectbox("Statistic", list(LABELS), format_func=LABELS.get, key="corpus_stat")
-what = c2.selectbox("Over texts", ["mean", "p10", "p25", "p50", "p75", "p90"], key="corpus_what",
-                    format_func=lambda w: w if w == "mean" else f"{w[1:]}th percentile")
-results = st.empty()
-before = 0
-if cp.shard_dir(out).is_dir() and any(cp.shard_dir(out).glob("shard-*.npz")):
+what = c2.selectbox("Over texts", list(OVER), format_func=OVER.get, key="corpus_what")
+go, stop = st.columns(2)  # above the results, so Run stays where it is however many results show
+clicked = go.button("Run", key="corpus_run", type="primary")
+try:
     so_far = cp.load_shards(cp.shard_dir(out), f.key)
-    before = so_far.n_texts
-    show(so_far, name, what, results)
+except ValueError:  # none finished yet
+    so_far = None
+done = so_far is not None and cp.finished(out, so_far)
+corpus = None
+if clicked or not done:  # a finished job needs no file: its results and top texts are kept
+    try:
+        corpus = cp.Corpus(files.keep(up) if up is not None else path, column, name=shown_as, max_bytes=TEXT_BYTES)
+    except ValueError as e:
+        st.error(plain(str(e)))
+        st.stop()
+for line in st.session_state.pop("corpus_notes", []):
+    st.info(plain(line), icon="🩹")
+bar = st.empty()
+results = st.empty()
+if so_far is not None and not done and cp.finished(out):
+    st.warning("Some of this run's finished shards are damaged or gone: Run computes them again.", icon="🩹")
+if so_far is not None:
+    show(so_far.table(), so_far.grid(name, what), so_far.n_texts, f"{LABELS[name]} · {OVER[what]}", results)
 
-go, stop = st.columns(2)
-if go.button("Run", key="corpus_run", type="primary"):
+if clicked:
     stop.button("Cancel", key="corpus_cancel", help="Stops after the running batch; finished shards are kept, "
                 "so Run resumes where it stopped.")
-    total = cp.count(corpus, limit)
-    bar = st.progress(0.0, text=f"0 of {total:,} texts")
-    started = time.monotonic()
-
-    def progress(done: int) -> None:
-        left = cp.estimate(done, total, started, before)
-        bar.progress(min(done / total, 1.0), text=f"{done:,} of {total:,} texts"
-                     + ("" if left is None else f" · about {left:,.0f} s left"))
-        show(cp.load_shards(cp.shard_dir(out), f.key), name, what, results)
-
+    notes: list[str] = []
     try:
-        final = cp.run(f.key, path, out, column, limit, ray.strip() or None, progress=progress, backend=f.model)
+        with files.running(out), jobs.slot("This corpus run"):
+            total = cp.count(corpus, limit)
+            files.make_room(cp.job_bytes(total, f.model.n_layers * f.model.n_heads, corpus.path.stat().st_size))
+            progress_bar = bar.progress(0.0, text=f"0 of {total:,} texts")
+            started, totals, before = time.monotonic(), cp.Totals(), so_far.n_texts if so_far else 0
+
+            def tick(done: int) -> None:
+                """Before every batch: the bar moves, and a rerun or a closed tab stops the job here."""
+                left = cp.estimate(done, total, started, before)
+                progress_bar.progress(min(done / total, 1.0), text=f"{done:,} of {total:,} texts"
+                                      + ("" if left is None else f" · about {left:,.0f} s left"))
+
+            def progress(done: int) -> None:
+                tick(done)
+                shown = "mean" if what == "mean" else "mean (percentiles when the run ends)"
+                show(totals.table(), totals.grid(name), totals.n_texts, f"{LABELS[name]} · {shown}", results)
+
+            final = cp.run(f.key, corpus, out, column, limit, ray, progress=progress, backend=f.model,
+                           max_tokens=cap, tick=tick, note=notes.append, totals=totals)
+            cp.keep_top_texts(final, corpus, out)
     except ValueError as e:
         st.error(plain(str(e)))
         st.stop()
     except ImportError:
         st.error("Ray is not installed here: pip install -r requirements-ray.txt, or leave the Ray address empty.")
         st.stop()
-    bar.progress(1.0, text=f"{final.n_texts:,} texts in {time.monotonic() - started:,.1f} s")
-    st.session_state["corpus_done"] = str(out)
+    files.let_go()  # the results and top texts are kept; the upload itself is no longer needed on disk
+    st.session_state["corpus_notes"] = notes
     st.rerun()
 
-if st.session_state.get("corpus_done") == str(out):
-    top_texts(cp.load_shards(cp.shard_dir(out), f.key), corpus)
+if done:
+    top_texts(so_far, cp.top_texts(out))

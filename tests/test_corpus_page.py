@@ -1,6 +1,9 @@
 """The Corpus page in real Streamlit (AppTest): a run's grid and table equal the library's, top texts open."""
 
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -65,3 +68,41 @@ def test_bad_path_and_column_get_a_message(tmp_path, monkeypatch):
     assert "no column 'text'; its columns: body" in at.error[0].value
     at = at.text_input(key="corpus_column").input("body").run()
     assert not at.error and not at.exception
+
+
+def walk(node):
+    """The page's elements in the order they are drawn."""
+    children = getattr(node, "children", None)
+    if children is None:
+        yield node
+        return
+    for k in sorted(children):
+        yield from walk(children[k])
+
+
+def test_run_stays_above_old_results_headers_are_readable_and_a_damaged_shard_is_recomputed(page, tmp_path):
+    at = ok(page)
+    at.number_input(key="corpus_limit").set_value(20)
+    at = ok(at.button(key="corpus_run").click().run())
+    drawn = [getattr(n, "key", None) or getattr(n, "type", "") for n in walk(at.main)]
+    grid = next(i for i, k in enumerate(drawn) if str(k).startswith("corpus_grid"))
+    table = drawn.index("dataframe")
+    assert drawn.index("corpus_run") < grid < table  # Run stays above the results, however many there are
+
+    config = json.loads(at.dataframe[0].proto.columns)
+    labels = {k: v.get("label") for k, v in config.items()}
+    assert labels["entropy_mean"] == "entropy (nats) · mean"
+    assert labels["stop_word_p90"] == "share on stop words (the, of, and, …) · 90th percentile"
+    assert labels["n_texts"] == "texts"
+
+    # cut a finished shard to half: Run says which shard it computes again, and the table is unchanged
+    before = at.dataframe[0].value
+    (folder,) = (tmp_path / "work").glob("*.shards")
+    (shard,) = folder.glob("shard-*.npz")
+    shard.write_bytes(shard.read_bytes()[:100])
+    at = ok(at.run())  # the page opens with the damaged shard: no traceback, no old results
+    assert not at.dataframe
+    at = ok(at.button(key="corpus_run").click().run())
+    assert [i.value for i in at.info] == ["shard 0 (texts 0–19) is cut short (100 of "
+                                          f"{len(shard.read_bytes()):,} bytes): computing it again"]
+    pd.testing.assert_frame_equal(at.dataframe[0].value, before)

@@ -4,6 +4,9 @@ Before: ``hf:/etc/shadow`` said "is a file", ``hf:/root`` "has no config.json", 
 no folder" — a file-existence oracle that also showed the home path.
 """
 
+import re
+from pathlib import Path
+
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -103,3 +106,37 @@ def test_a_local_run_still_says_what_is_wrong(clean_env):
     """Off public mode the reasons stay: the person running it locally owns the disk."""
     at = run(model="hf:/nonexistent")
     assert any("There is no folder" in m for m in messages(at)), messages(at)
+
+
+PAGES = ["app.py", *sorted(f"pages/{p.name}" for p in (Path(__file__).parents[1] / "pages").glob("*.py"))]
+LOCATION = re.compile(r"ray|address|path|folder|directory|server|location|url|host|cluster", re.I)
+
+
+def locations(at) -> list[str]:
+    """Every typed field or offered choice that names a place: a Ray address, a server path, a folder, …"""
+    found = [f"{w.key}: {w.label}" for kind in ("text_input", "text_area") for w in getattr(at, kind)
+             if LOCATION.search(f"{w.key} {w.label}")]
+    found += [f"{r.key}: {o}" for r in at.radio for o in r.options if LOCATION.search(o)]
+    return found + [f"{s.key}: new options" for s in at.selectbox if s.proto.accept_new_options]
+
+
+@pytest.mark.parametrize("mode", ["public", "models"])
+def test_no_page_offers_a_location_in_a_locked_demo(clean_env, tmp_path, mode):
+    """Public mode, or an operator's model list: no page asks where to connect or what to read, even with an
+    operator's ATTNVIZ_CORPUS_DIR set; a local run shows the Corpus page's fields, so the check can see them."""
+    clean_env.setenv("ATTNVIZ_CORPUS_DIR", str(tmp_path))
+    clean_env.setenv("ATTNVIZ_CORPUS_WORK", str(tmp_path / "work"))
+    clean_env.setenv(*(("ATTNVIZ_PUBLIC", "1") if mode == "public" else ("ATTNVIZ_MODELS", "builtin:minilm")))
+    for page in PAGES:
+        at = run(page)
+        assert not at.exception, (page, at.exception)
+        assert locations(at) == [], (page, locations(at))
+        if page.endswith("Corpus.py"):
+            at = at.radio(key="corpus_source").set_value("upload").run()
+            assert locations(at) == [] and not at.exception, locations(at)
+
+    clean_env.delenv("ATTNVIZ_PUBLIC", raising=False)
+    clean_env.delenv("ATTNVIZ_MODELS", raising=False)
+    at = run("pages/10_Corpus.py")
+    assert locations(at) == ["corpus_ray: Ray address (optional)", "corpus_source: A file on the server",
+                             "model: new options"]
