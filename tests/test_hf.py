@@ -396,3 +396,26 @@ def test_a_causal_stack_whose_weights_reach_later_tokens_is_caught():
     dense = np.full((1, 1, 3, 3), 1 / 3, np.float32)
     assert "0.33 of their weight on later tokens" in causal_leak(DenseWeights(dense))
     assert causal_leak(DenseWeights(np.tril(dense) / np.tril(dense).sum(-1, keepdims=True))) == ""
+
+
+def test_models_check_prints_one_models_row(tiny_model):
+    """``python -m attnviz models --check`` runs the matrix's check for one folder and prints its row."""
+    import subprocess
+    import sys
+
+    def check(folder):
+        return subprocess.run([sys.executable, "-m", "attnviz", "models", "--check", f"hf:{folder}"],
+                              capture_output=True, text=True, timeout=300)
+
+    ok = check(tiny_model("llama"))
+    assert ok.returncode == 0, ok.stderr
+    header, rule, row = ok.stdout.strip().splitlines()
+    family, path, dtype, gap, reason = [c.strip() for c in row.strip("|").split("|")]
+    assert (family, path, dtype, reason) == ("llama", "interface", "float32", "") and float(gap) <= 1e-5
+    refused = check(tiny_model("fnet"))
+    assert refused.returncode == 0, refused.stderr
+    assert refused.stdout.strip().splitlines()[-1].startswith(
+        "| fnet | refused |  | — | attnviz cannot trace fnet models exactly: it does not return attention weights")
+    wrong = subprocess.run([sys.executable, "-m", "attnviz", "models", "--check", "builtin:seed"],
+                           capture_output=True, text=True, timeout=300)
+    assert wrong.returncode == 2 and "--check takes a Hugging Face model" in wrong.stderr
