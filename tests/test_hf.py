@@ -372,7 +372,7 @@ def test_a_shared_layer_model_traces_eager_without_norms_and_says_so(tmp_path):
     backend = load_hf(str(build("albert", tmp_path / "albert")))
     trace = backend.trace(TEXT)
     assert backend.capture == trace.capture == "eager" and trace.n_layers == 2
-    assert trace.norms == {}
+    assert trace.norms == {} and "albert is wired differently" in backend.norm_note
 
 
 def test_a_model_that_does_not_really_switch_its_attention_is_refused(tiny_backend, monkeypatch):
