@@ -675,8 +675,10 @@ def check(name: str, text: str = CHECK_TEXT, target: str = CHECK_TARGET) -> Chec
     with torch.inference_mode():
         extra = {} if backend.kind == "encoder" else {"use_cache": False}
         out = ref(**inputs, **extra, output_attentions=True)
-    want = {"encoder": out.get("encoder_attentions"), "decoder": out.get("decoder_attentions"),
-            "cross": out.get("cross_attentions")} if backend.kind == "encoder-decoder" else {"self": out.get("attentions")}
+    if backend.kind == "encoder-decoder":
+        want = {side: out.get(f"{side}_attentions") for side in ("encoder", "decoder", "cross")}
+    else:
+        want = {"self": out.get("attentions")}
     gaps = []
     for side, got in stacks(trace).items():
         mine = got.weights.dense()
