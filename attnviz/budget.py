@@ -1,7 +1,7 @@
 """Budgets a model must fit, read from its config before any weight is allocated (``ATTNVIZ_MAX_*``).
 
 The size on disk says little: a 13 MB config-and-weights folder with 48 layers × 64 heads took 3 GiB per
-512-token trace, and fp16 weights double once loaded as float32. So the config is read and counted.
+512-token trace. So the config is read and counted; a bf16 or fp16 checkpoint loads and is counted in its own dtype.
 """
 
 from __future__ import annotations
@@ -68,8 +68,23 @@ def check_budget(config, kind: str) -> None:
         raise _over("attention heads (layers × heads)", f"{n_heads:,}", f"{limit:,}", "ATTNVIZ_MAX_HEADS")
     n_params, limit_m = parameters(config, kind), settings.max_params_m()
     if n_params > limit_m * 1e6:
-        raise _over("parameters", f"{n_params / 1e6:,.0f} M ({n_params * 4 / 2**30:,.1f} GB as float32)",
+        name, size = dtype(config)
+        raise _over("parameters", f"{n_params / 1e6:,.0f} M ({n_params * size / 2**30:,.1f} GB as {name})",
                     f"{limit_m:,.0f} M", "ATTNVIZ_MAX_PARAMS_M")
+
+
+def dtype(config) -> tuple[str, int]:
+    """(name, bytes per parameter) of the dtype the checkpoint is stored in and loads in (float32 if unsaid)."""
+    import torch
+
+    named = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(named, str):
+        named = getattr(torch, named, None)
+    if not isinstance(named, torch.dtype) or not named.is_floating_point:
+        named = torch.float32
+    if named not in (torch.float32, torch.bfloat16, torch.float16):
+        named = torch.float32  # float64 and 8-bit checkpoints are traced as float32
+    return str(named).removeprefix("torch."), named.itemsize
 
 
 def check_forwards(n: int, what: str) -> None:

@@ -39,7 +39,26 @@ def _trace(args):
 def cmd_models(args) -> None:
     from attnviz import list_models
 
+    if args.check:
+        return _check(args.check)
     print("\n".join(list_models()))
+
+
+def _check(key: str) -> None:
+    """Trace one Hugging Face model and compare every head with its own eager weights: its support-matrix row."""
+    from attnviz.backends.hf import check
+
+    if not key.startswith("hf:"):
+        raise InputError(f"--check takes a Hugging Face model, hf:<id or folder>, not {key!r}")
+    try:
+        row = check(key.removeprefix("hf:"))
+    except ValueError as e:  # no such folder, an unreachable hub
+        raise InputError(str(e)) from None
+    print("| family | path | dtype | max difference from eager | refusal |\n|---|---|---|---|---|")
+    print(row.row())
+    if not row.exact:  # a model attnviz would show wrong weights for: a fault, exit status 1
+        print(f"attnviz: error: {key} is traced {row.gap} from its own eager weights", file=sys.stderr)
+        sys.exit(1)
 
 
 def cmd_trace(args) -> None:
@@ -167,7 +186,10 @@ def parser() -> argparse.ArgumentParser:
         epilog="Models: the keys `models` lists, hf:<Hugging Face id or folder>, or a local folder.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="{models,trace,plot,generate,roles,corpus}")
-    sub.add_parser("models", help="list the built-in model keys").set_defaults(run=cmd_models)
+    models = sub.add_parser("models", help="list the built-in model keys")
+    models.add_argument("--check", metavar="hf:<id or folder>",
+                        help="trace this model, compare every head with its own eager attention, print its row")
+    models.set_defaults(run=cmd_models)
 
     def text_command(name: str, help: str, model: str | None = "builtin:minilm", out: str = "") -> argparse.ArgumentParser:
         c = sub.add_parser(name, help=help, description=help)

@@ -124,8 +124,10 @@ STATS = ("ln1_in_mean", "ln1_in_std", "ln1_out", "ln2_in_mean", "ln2_in_std", "l
 
 
 def _rows(t) -> torch.Tensor:
-    """The batch's only row of a module's output (the first element of a tuple): (T, ·)."""
-    return (t[0] if isinstance(t, tuple) else t).detach()[0].float()
+    """The batch's only row of a module's output (the first element of a tuple): (T, ·). OPT flattens its
+    hidden states to (B·T, D) inside a layer: for a batch of one that is (T, D) already."""
+    t = (t[0] if isinstance(t, tuple) else t).detach()
+    return t.reshape(-1, t.shape[-1]).float()  # (1, T, ·) or (T, ·) -> (T, ·)
 
 
 class Recorder:
@@ -164,7 +166,7 @@ class Recorder:
 
     def _norm_stats(self, s: int, i: int, prefix: str):
         def hook(module, args, kwargs, output):
-            x = (args[0] if args else next(iter(kwargs.values()))).detach()[0].float()  # (T, D) the norm's input
+            x = _rows(args[0] if args else next(iter(kwargs.values())))  # (T, D) the norm's input
             mean = x.mean(-1)  # (T,)
             self.seen[(s, i, f"{prefix}_in_mean")] = mean.cpu()
             self.seen[(s, i, f"{prefix}_in_std")] = (x - mean[:, None]).pow(2).mean(-1).sqrt().cpu()  # biased; 10× .std

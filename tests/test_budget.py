@@ -98,8 +98,8 @@ def test_too_many_parameters_are_refused_from_the_config_alone(tmp_path):
     assert out["grew_mb"] < 50, out
 
 
-def test_half_precision_weights_count_at_their_float32_size(tmp_path, monkeypatch):
-    """fp16 on disk is half what the weights take once loaded as float32: the budget counts the latter."""
+def test_half_precision_weights_load_and_count_in_their_own_dtype(tmp_path, monkeypatch):
+    """fp16 on disk loads as fp16 (no float32 copy of the weights); the budget counts its parameters."""
     folder = tmp_path / "fp16"
     net = tf.BertModel(tf.BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=128)).half()
@@ -112,7 +112,7 @@ def test_half_precision_weights_count_at_their_float32_size(tmp_path, monkeypatc
     with pytest.raises(ValueError, match="ATTNVIZ_MAX_PARAMS_M"):
         open_model(f"hf:{folder}")
     monkeypatch.setenv("ATTNVIZ_MAX_PARAMS_M", str(n / 1e6 * 1.1))
-    assert open_model(f"hf:{folder}").net.dtype == torch.float32
+    assert open_model(f"hf:{folder}").net.dtype == torch.float16
 
 
 def test_ablation_beyond_the_forward_budget_is_refused_before_the_first_pass(monkeypatch):

@@ -308,3 +308,114 @@ def test_a_hub_id_in_the_local_cache_loads_offline(tiny_model, tmp_path, monkeyp
     assert backend.key == "hf:tiny/gpt2" and backend.kind == "decoder"
     direct = attnviz.trace(TEXT, f"hf:{tiny_model('gpt2')}")
     np.testing.assert_array_equal(backend.trace(TEXT).attentions, direct.attentions)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "gemma2"])
+def test_bfloat16_checkpoints_trace_in_their_own_dtype(tmp_path, model_type):
+    """No float32 copy of the weights: queries and keys are captured in bf16, heads computed in float32 match the
+    same bf16 folder loaded eager within bf16's tolerance (1e-2)."""
+    from families import build
+
+    from attnviz.backends.hf import CHECK_TEXT, TOLERANCE
+
+    folder = build(model_type, tmp_path / model_type, dtype=torch.bfloat16)
+    backend = load_hf(str(folder))
+    assert {p.dtype for p in backend.net.parameters()} == {torch.bfloat16}
+    assert backend.capture == "interface" and TOLERANCE[torch.bfloat16] == 1e-2
+    trace = backend.trace(CHECK_TEXT)
+    assert {(layer.q.dtype, layer.k.dtype) for layer in trace.weights.layers} == {(torch.bfloat16, torch.bfloat16)}
+    assert trace.head(1, 2).dtype == np.float32
+    ref = tf.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager", dtype=torch.bfloat16).eval()
+    ids = tf.AutoTokenizer.from_pretrained(folder)(CHECK_TEXT).input_ids
+    with torch.inference_mode():
+        want = torch.cat(ref(torch.tensor([ids]), output_attentions=True).attentions).float().numpy()
+    assert trace.tokens == tuple(tf.AutoTokenizer.from_pretrained(folder).convert_ids_to_tokens(ids))
+    np.testing.assert_allclose(trace.attentions, want, atol=1e-2)
+    visible = np.arange(1, trace.n_tokens + 1)  # keys row i sees
+    assert (trace.attentions.max(-1) * visible).mean() > 1.5  # rows peak above uniform: a wrong mask would show
+    assert np.abs(trace.attentions - want).max() > 0  # bf16 rounding is there: float32 eager would show none
+    check_probabilities(trace.attentions, causal=True)
+
+
+def test_opt_norms_follow_its_flattened_and_projected_hidden_states(tmp_path):
+    """OPT flattens to (B·T, D) inside its layers, and opt-350m projects its last hidden state to a narrower
+    width: the norms are per token, and the last hidden state is the residual stream before the projection."""
+    from families import build
+
+    folder = build("opt-350m", tmp_path / "opt")
+    backend = load_hf(str(folder))
+    trace = backend.trace(TEXT)
+    ref = tf.OPTModel.from_pretrained(folder, attn_implementation="eager").eval()
+    ids = torch.tensor([tf.AutoTokenizer.from_pretrained(folder)(TEXT).input_ids])
+    seen = []
+    hooks = [layer.fc2.register_forward_hook(lambda m, a, out: seen.append(out.norm(dim=-1))) for layer in
+             ref.decoder.layers]
+    try:
+        with torch.inference_mode():
+            out = ref(ids, output_hidden_states=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    np.testing.assert_allclose(trace.norms["ffn_out"], torch.stack(seen).numpy(), rtol=1e-5, atol=1e-5)  # (L, T)
+    hidden = torch.cat(out.hidden_states[:-1]).numpy()  # (L, T, 64): the last one is 32 wide
+    np.testing.assert_allclose(trace.hidden_states[:-1], hidden, atol=1e-5)
+    with torch.inference_mode():
+        projected = ref.decoder.project_out(torch.from_numpy(trace.hidden_states[-1].copy()))  # (T, 32)
+    np.testing.assert_allclose(projected.numpy(), out.hidden_states[-1][0].numpy(), atol=1e-5)
+
+
+def test_a_shared_layer_model_traces_eager_without_norms_and_says_so(tmp_path):
+    """ALBERT runs one layer module for every layer: the capture sees one call per module, so it runs eager
+    (visibly), and the hooks' statistics of one module for two layers are left out, not mislabelled."""
+    from families import build
+
+    backend = load_hf(str(build("albert", tmp_path / "albert")))
+    trace = backend.trace(TEXT)
+    assert backend.capture == trace.capture == "eager" and trace.n_layers == 2
+    assert trace.norms == {} and "albert is wired differently" in backend.norm_note
+
+
+def test_a_model_that_does_not_really_switch_its_attention_is_refused(tiny_backend, monkeypatch):
+    """transformers only warns when a class cannot switch: the config is checked, never assumed."""
+    backend = tiny_backend("llama")
+    monkeypatch.setattr(backend.net, "set_attn_implementation", lambda name: None)
+    with pytest.raises(ValueError, match="attnviz cannot trace llama models exactly: it cannot switch its "
+                                         "attention to eager after loading"):
+        backend._use("eager")
+
+
+def test_a_causal_stack_whose_weights_reach_later_tokens_is_caught():
+    from attnviz.backends.hf import causal_leak
+    from attnviz.weights import DenseWeights, LayerQK, OnDemandWeights
+
+    q, k = torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    assert causal_leak(OnDemandWeights([LayerQK(q, k, 0.5, causal=True)])) == ""
+    assert "layer 0's mask" in causal_leak(OnDemandWeights([LayerQK(q, k, 0.5)]))
+    below = torch.ones(5, 5, dtype=torch.bool).tril()[None]  # (1, T, T) a causal mask the model built itself
+    assert causal_leak(OnDemandWeights([LayerQK(q, k, 0.5, mask=below)])) == ""
+    dense = np.full((1, 1, 3, 3), 1 / 3, np.float32)
+    assert "0.33 of their weight on later tokens" in causal_leak(DenseWeights(dense))
+    assert causal_leak(DenseWeights(np.tril(dense) / np.tril(dense).sum(-1, keepdims=True))) == ""
+
+
+def test_models_check_prints_one_models_row(tiny_model):
+    """``python -m attnviz models --check`` runs the matrix's check for one folder and prints its row."""
+    import subprocess
+    import sys
+
+    def check(folder):
+        return subprocess.run([sys.executable, "-m", "attnviz", "models", "--check", f"hf:{folder}"],
+                              capture_output=True, text=True, timeout=300)
+
+    ok = check(tiny_model("llama"))
+    assert ok.returncode == 0, ok.stderr
+    header, rule, row = ok.stdout.strip().splitlines()
+    family, path, dtype, gap, reason = [c.strip() for c in row.strip("|").split("|")]
+    assert (family, path, dtype, reason) == ("llama", "interface", "float32", "") and float(gap) <= 1e-5
+    refused = check(tiny_model("fnet"))
+    assert refused.returncode == 0, refused.stderr
+    assert refused.stdout.strip().splitlines()[-1].startswith(
+        "| fnet | refused |  | — | attnviz cannot trace fnet models exactly: it does not return attention weights")
+    wrong = subprocess.run([sys.executable, "-m", "attnviz", "models", "--check", "builtin:seed"],
+                           capture_output=True, text=True, timeout=300)
+    assert wrong.returncode == 2 and "--check takes a Hugging Face model" in wrong.stderr

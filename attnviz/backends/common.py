@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -14,6 +15,8 @@ import torch
 
 from .. import settings
 from ..hooks import heads_masked, missing_note, projections
+
+log = logging.getLogger("attnviz")
 
 MAX_CHARS = 100_000  # longer text is cut before tokenizing; the models see at most a few thousand tokens anyway
 
@@ -116,6 +119,11 @@ def stack_trace(key: str, enc: Encoded, text: str, kind: str, weights, hidden_st
     hidden states (L+1 batch-of-one tensors) and norm statistics."""
     from ..traces import AttentionTrace
 
+    L, H, T = weights.shape[:3]
+    wants = {k: (L, H, T) if k == "value_norms" else (L, T) for k in norms}
+    if any(v.shape != wants[k] for k, v in norms.items()):  # layers shared or called again (ALBERT): none at all
+        log.warning("%s: norm statistics skipped (the hooks saw other layers than the model's %d)", key, L)
+        norms = {}
     return AttentionTrace(
         tokens=enc.tokens,
         weights=weights,

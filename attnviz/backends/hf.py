@@ -4,7 +4,8 @@
 oversized weights) with a plain message, and returns an ``HFModel`` whose ``trace`` matches the builtin one.
 Models run with attnviz's attention function (``hf_attention``): SDPA speed, queries and keys captured, weights
 on demand. A model it does not reach exactly — checked against eager attention when it loads — runs eager, and
-its traces say so (``capture == "eager"``).
+its traces say so (``capture == "eager"``); one it cannot trace exactly at all is refused in words (``refusal``).
+Checkpoints load in their own dtype (bf16 stays bf16); ``check(name)`` is one model's support-matrix row.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import inspect
 import json
 import logging
 import threading
+from dataclasses import dataclass
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +47,10 @@ PAD_OFFSET_POSITIONS = {
 HARMLESS_MISSING = ("pooler", "lm_head", "final_logits_bias")
 
 PROBE_TEXT = "Hello world, hello again."
-# The captured weights must equal eager attention's within this, on the probe text, or the model runs eager.
-CAPTURE_TOLERANCE = 1e-5
+# The captured weights must equal eager attention's within this, per dtype, on the probe text, or the model runs
+# eager. Half-precision eager rounds its weights to the dtype (bf16 keeps 8 bits) and its earlier layers round
+# differently from SDPA's.
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 # A model that adds a bias or a dense mask to its scores (T5's relative bias) builds (H, T, T) tensors itself in
 # every forward, whatever attnviz keeps: T5 peaks at 24 GB for 10,000 tokens. Such models take this many.
 QUADRATIC_MAX_TOKENS = 2048
@@ -63,7 +68,7 @@ def load_hf(name: str) -> "HFModel":
     _check_size(sum((folder / w).stat().st_size for w in weights), name)
     if safe:
         _check_safetensors(folder, weights)
-    return HFModel(f"hf:{name}", _load_model(folder, kind, safe), _load_tokenizer(folder), kind, config)
+    return HFModel(f"hf:{name}", _load_model(folder, kind, safe, config), _load_tokenizer(folder), kind, config)
 
 
 def _locate(name: str) -> Path:
@@ -198,23 +203,64 @@ def _check_safetensors(folder: Path, weights: list[str]) -> None:
             raise ValueError(f"The weights file {folder / w} is damaged (truncated or not safetensors): {e}") from None
 
 
-def _load_model(folder: Path, kind: str, safe: bool):
-    """The model with attnviz's attention function, in eval mode."""
+AUTO = {"encoder": "AutoModel", "decoder": "AutoModelForCausalLM", "encoder-decoder": "AutoModelForSeq2SeqLM"}
+
+
+def _model_class(config, kind: str):
+    """The class ``from_pretrained`` will build for ``config`` (None where the auto mapping has none)."""
+    import transformers as tf
+
+    try:
+        cls = getattr(tf, AUTO[kind])._model_mapping[type(config)]
+    except (KeyError, ValueError):
+        return None
+    if isinstance(cls, tuple):  # several classes for one config (Funnel): the one the config names
+        names = getattr(config, "architectures", None) or []
+        cls = next((c for c in cls if c.__name__ in names), cls[0])
+    return cls
+
+
+def capturable(config, kind: str) -> bool:
+    """Whether the model's attention modules call transformers' attention interface, where attnviz's function sees
+    them. Other classes read the implementation's name themselves (a table of classes, an ``if sdpa``) and would
+    run eager maths over attnviz's masks: they load eager from the start."""
+    cls = _model_class(config, kind)
+    return cls is not None and bool(cls._can_set_attn_implementation())
+
+
+def _cause(e: Exception) -> str:
+    """An exception in words: a bare KeyError's message is only the missing key."""
+    text = str(e).strip() or "no message"
+    return f"{type(e).__name__} {text}" if isinstance(e, (KeyError, IndexError, AttributeError)) else text
+
+
+def _load_model(folder: Path, kind: str, safe: bool, config):
+    """The model in eval mode and its own dtype, with attnviz's attention function where its modules call the
+    attention interface, else eager; a load that fails with attnviz's function is retried eager once."""
     import transformers as tf
 
     hf_attention.register()
-    auto = {"encoder": tf.AutoModel, "decoder": tf.AutoModelForCausalLM, "encoder-decoder": tf.AutoModelForSeq2SeqLM}
-    try:
-        net, info = auto[kind].from_pretrained(
-            folder,
-            attn_implementation=hf_attention.NAME,
-            use_safetensors=safe,
-            dtype=torch.float32,
-            trust_remote_code=False,
-            output_loading_info=True,
-        )
-    except Exception as e:  # the loaders raise many types for one cause: these weights cannot be used
-        raise ValueError(f"Could not load the model in {folder}: {e}") from None
+    chosen = [hf_attention.NAME, "eager"] if capturable(config, kind) else ["eager"]
+    failures = []
+    for implementation in chosen:
+        try:
+            net, info = getattr(tf, AUTO[kind]).from_pretrained(
+                folder,
+                attn_implementation=implementation,
+                use_safetensors=safe,
+                dtype="auto",
+                trust_remote_code=False,
+                output_loading_info=True,
+            )
+        except Exception as e:  # the loaders raise many types for one cause: these weights cannot be used
+            failures.append(f"with {implementation} attention: {_cause(e)}")
+            continue
+        if net.config._attn_implementation != implementation:  # transformers only warns when it cannot switch
+            failures.append(f"with {implementation} attention: it runs {net.config._attn_implementation!r}")
+            continue
+        break
+    else:
+        raise ValueError(f"Could not load the {config.model_type} model in {folder}: {'; '.join(failures)}.")
     missing = sorted(k for k in info["missing_keys"] if not any(h in k for h in HARMLESS_MISSING))
     if missing or info["mismatched_keys"]:
         bad = missing or sorted(str(k) for k in info["mismatched_keys"])
@@ -222,6 +268,8 @@ def _load_model(folder: Path, kind: str, safe: bool):
             f"The weights in {folder} do not fit its config: {len(bad)} tensors missing or misshapen "
             f"(e.g. {', '.join(bad[:3])}); the model would run on random weights."
         )
+    if net.dtype not in TOLERANCE:
+        net = net.float()  # an 8-bit or float64 checkpoint: float32 is what the comparisons are stated for
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return net.to(device).eval()
 
@@ -265,11 +313,80 @@ def _decoder_start(net, tokenizer) -> int:
     return start
 
 
-def _dense(attentions, model_type: str, n_layers: int) -> DenseWeights:
+@contextmanager
+def _before_projection(net):
+    """[the input of the model's final projection to another width] after a forward inside the block (OPT-350m's
+    ``project_out`` maps its 1,024-wide residual stream to 512-wide embeddings); [] without one."""
+    seen = []
+    proj = next((m for name, m in net.named_modules() if name.endswith("project_out") and m is not None), None)
+    if proj is None:
+        yield seen
+        return
+
+    def keep(module, args, output):
+        seen[:] = [args[0]]
+
+    handle = proj.register_forward_hook(keep)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def refusal(model_type: str, reason: str) -> str:
+    """The one form of "this model cannot be traced exactly": the family, then the reason in words."""
+    return f"attnviz cannot trace {model_type} models exactly: {reason}."
+
+
+def _gap(captured, eager) -> float:
+    """The largest difference between two traces' weights over every stack (inf where their shapes differ)."""
+    gaps = []
+    for name, side in stacks(eager).items():
+        mine = stacks(captured).get(name)
+        if mine is None or mine.weights.shape != side.weights.shape:
+            return float("inf")
+        gaps.append(float(np.abs(mine.weights.dense() - side.weights.dense()).max()))
+    return max(gaps)
+
+
+def causal_leak(weights) -> str:
+    """Empty when no query of a causal stack can see a later key; else what lets it."""
+    if isinstance(weights, DenseWeights):
+        upper = float(np.triu(weights.array, 1).max()) if weights.array.shape[2] > 1 else 0.0
+        return f"rows put up to {upper:.2g} of their weight on later tokens" if upper > 1e-6 else ""
+    for i, layer in enumerate(weights.layers):
+        H, Tq, Tk = layer.shape
+        if layer.causal or Tq == 1:
+            continue
+        later = torch.ones(Tq, Tk, dtype=torch.bool, device=layer.q.device).triu(1 + Tk - Tq)  # (Tq, Tk)
+        m = layer.mask
+        seen = m is None or bool((m[:, later] if m.dtype == torch.bool else m[:, later] > -1e3).any())
+        if seen:
+            return f"layer {i}'s mask lets queries see later tokens"
+    return ""
+
+
+def _dense(attentions, model_type: str, n_layers: int, T: tuple[int, int]) -> DenseWeights:
     """Eager attention's own weights, one tensor per layer, as a dense (L, H, Tq, Tk) source."""
-    if not attentions or len(attentions) != n_layers or any(a is None for a in attentions):
-        raise ValueError(f"This model type ({model_type}) does not return attention weights; attnviz cannot show it.")
-    return DenseWeights(stacked(attentions))
+    got = [a for a in attentions or () if a is not None]
+    if not got:
+        raise ValueError(refusal(model_type, "it does not return attention weights (its layers mix tokens "
+                                             "another way: recurrence, state spaces or Fourier transforms)"))
+    if len(got) < n_layers:
+        raise ValueError(refusal(model_type, f"only {len(got)} of its {n_layers} layers return attention weights "
+                                             "(the others mix tokens another way, or pool them)"))
+    if len(got) > n_layers:
+        raise ValueError(refusal(model_type, f"it returns {len(got)} attention maps for its {n_layers} layers "
+                                             "(more than one attention per layer)"))
+    if not all(isinstance(a, torch.Tensor) for a in got):  # PEGASUS-X: {"local": …, "global": …} per layer
+        raise ValueError(refusal(model_type, "its eager attention returns each layer's weights in parts (local "
+                                             "blocks and global tokens), not one weight per query and key"))
+    if any(a.dim() != 4 or tuple(a.shape[-2:]) != T or a.shape != got[0].shape for a in got):
+        shape = "×".join(map(str, got[0].shape[1:]))
+        raise ValueError(refusal(model_type, f"its eager attention returns weights in a layout of its own ({shape} "
+                                             f"per layer for {T[0]} queries and {T[1]} keys: local blocks, "
+                                             "buckets or streams), not one weight per query and key"))
+    return DenseWeights(stacked(got))
 
 
 class HFModel(TorchBackend):
@@ -299,19 +416,25 @@ class HFModel(TorchBackend):
 
     def _checked_probe(self):
         """The probe text's trace, captured when the captured weights equal eager attention's there; otherwise
-        (the model's maths is not what the recipe reproduces, or the capture failed) it runs eager from now on."""
+        (the model's maths is not what the recipe reproduces, the capture failed, or the model never calls the
+        interface) it runs eager from now on. The reference is eager with transformers' own eager masks."""
         target = PROBE_TEXT if self.kind == "encoder-decoder" else None
+        captured, reason = None, "its attention modules do not call transformers' attention interface"
+        if self.capture == "interface":
+            try:
+                captured = self.trace(PROBE_TEXT, target)
+            except Exception as e:  # an argument the recipe does not know (attention sinks …), no attention calls
+                reason = f"capture failed ({_cause(e)})"
+            self._use("eager")
         try:
-            captured = self.trace(PROBE_TEXT, target)
-        except Exception as e:  # an argument the recipe does not know (attention sinks …), no attention calls
-            captured, reason = None, f"capture failed ({e})"
-        self._use("eager")
-        eager = self.trace(PROBE_TEXT, target)
+            eager = self.trace(PROBE_TEXT, target)
+        except Exception as e:
+            if isinstance(e, ValueError) and str(e).startswith("attnviz cannot"):
+                raise
+            raise ValueError(refusal(self.model_type, f"its forward fails on a plain text ({_cause(e)})")) from None
         if captured is not None:
-            names = ("encoder", "decoder", "cross") if self.kind == "encoder-decoder" else ("self",)
-            gap = max(float(np.abs(captured.stack(n).weights.dense() - eager.stack(n).weights.dense()).max())
-                      for n in names)
-            if gap <= CAPTURE_TOLERANCE:
+            gap = _gap(captured, eager)
+            if gap <= TOLERANCE[self.net.dtype]:
                 self._use("interface")
                 return captured
             reason = f"captured weights are {gap:.2g} from eager attention's"
@@ -319,7 +442,15 @@ class HFModel(TorchBackend):
         return eager
 
     def _use(self, capture: str) -> None:
-        self.net.set_attn_implementation(hf_attention.NAME if capture == "interface" else "eager")
+        """Switch the model's attention implementation, and check that every part of it really switched."""
+        from transformers import PreTrainedModel
+
+        want = hf_attention.NAME if capture == "interface" else "eager"
+        self.net.set_attn_implementation(want)
+        runs = {m.config._attn_implementation for m in self.net.modules() if isinstance(m, PreTrainedModel)}
+        if runs != {want}:
+            raise ValueError(refusal(self.model_type, f"it cannot switch its attention to {want} after loading "
+                                                      f"(it still runs {', '.join(sorted(map(str, runs - {want})))})"))
         self.capture = capture
 
     def _forward(self, logits_from: int | None = None, **ids):
@@ -330,20 +461,26 @@ class HFModel(TorchBackend):
         the whole LM and keep the logits of positions ``logits_from`` onwards (generation's next-token rows).
         """
         inputs = {k: torch.tensor([v], device=self.device) for k, v in ids.items()}  # (1, T)
+        # A cache changes nothing a trace shows, but FSMT, asked for one, drops its decoder's causal mask.
         net, extra = (self.net.base_model, {"use_cache": False}) if self.kind == "decoder" else (self.net, {})
+        if self.kind == "encoder-decoder":
+            extra["use_cache"] = False
         if logits_from is not None:
             net = self.net
             if "logits_to_keep" in inspect.signature(net.forward).parameters:
                 extra["logits_to_keep"] = inputs["input_ids"].shape[1] - logits_from
-        with record(self.net) as rec:
+        with record(self.net) as rec, _before_projection(self.net) as last:
             out = net(**inputs, **extra, output_attentions=self.capture == "eager", output_hidden_states=True)
+        hidden = out.get("hidden_states")
+        if hidden and last and hidden[-1].shape[-1] != hidden[0].shape[-1]:
+            out["hidden_states"] = (*hidden[:-1], last[0])  # the residual stream, not its projection
         return out, rec
 
-    def _weights(self, rec, attentions, side: str, n_layers: int):
-        """One side's weights: captured queries and keys, or eager attention's own."""
+    def _weights(self, rec, attentions, side: str, n_layers: int, T: tuple[int, int]):
+        """One side's weights (``T``: its queries and keys): captured queries and keys, or eager attention's own."""
         if self.capture == "interface":
             return rec.weights(side)
-        return _dense(attentions, self.model_type, n_layers)
+        return _dense(attentions, self.model_type, n_layers, T)
 
     def trace(self, text: str, target: str | None = None, max_tokens: int | None = None):
         text = check_text(text)
@@ -354,9 +491,9 @@ class HFModel(TorchBackend):
             src = encode(self.tokenizer, text, limit)
             if self.kind != "encoder-decoder":
                 out, rec = self._forward(input_ids=src.ids)
-                hidden, attentions = list(out.hidden_states), out.attentions
+                hidden, attentions = list(out.hidden_states), out.get("attentions")
                 del out  # the list holds the only references: stacking lets each layer go once copied
-                weights = self._weights(rec, attentions, "", len(hidden) - 1)
+                weights = self._weights(rec, attentions, "", len(hidden) - 1, (len(src.ids), len(src.ids)))
                 return self._side(src, text, weights, hidden, self.kind, rec.norms())
             if target is None:
                 tgt = self._label(self._generate(src.ids))
@@ -370,9 +507,10 @@ class HFModel(TorchBackend):
                 )
             out, rec = self._forward(input_ids=src.ids, decoder_input_ids=tgt.ids)
             n_enc, n_dec = len(out.encoder_hidden_states) - 1, len(out.decoder_hidden_states) - 1
-            enc_w = self._weights(rec, out.encoder_attentions, "encoder", n_enc)
-            dec_w = self._weights(rec, out.decoder_attentions, "decoder", n_dec)
-            cross = self._weights(rec, out.cross_attentions, "cross", n_dec)
+            Ts, Tt = len(src.ids), len(tgt.ids)
+            enc_w = self._weights(rec, out.get("encoder_attentions"), "encoder", n_enc, (Ts, Ts))
+            dec_w = self._weights(rec, out.get("decoder_attentions"), "decoder", n_dec, (Tt, Tt))
+            cross = self._weights(rec, out.get("cross_attentions"), "cross", n_dec, (Tt, Ts))
         target_text = target or self.tokenizer.decode(tgt.ids, skip_special_tokens=True)
         return Seq2SeqTrace(
             encoder=self._side(src, text, enc_w, out.encoder_hidden_states, "encoder", rec.norms("encoder")),
@@ -415,7 +553,7 @@ class HFModel(TorchBackend):
         tok = self.tokenizer
         special = np.array(tok.get_special_tokens_mask(ids, already_has_special_tokens=True), dtype=bool)
         enc = Encoded(ids, tuple(tok.convert_ids_to_tokens(ids)), special, None, 0)
-        weights = self._weights(rec, out.attentions, "", len(out.hidden_states) - 1)
+        weights = self._weights(rec, out.get("attentions"), "", len(out.hidden_states) - 1, (len(ids), len(ids)))
         return self._side(enc, tok.decode(ids), weights, out.hidden_states, self.kind, rec.norms())
 
     def traced(self, text) -> tuple[AttentionTrace, torch.Tensor]:
@@ -461,6 +599,15 @@ class HFModel(TorchBackend):
         return Generation(trace, len(ids), continuation, top_ids, tokens, top_probs, s)
 
     def _side(self, enc, text: str, weights, hidden, kind: str, norms: dict) -> AttentionTrace:
+        """One stack's trace; a causal stack whose weights reach later tokens is refused, never shown."""
+        shapes = {tuple(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__ for h in hidden}
+        if len(shapes) != 1 or not all(isinstance(h, tuple) and h[:2] == (1, len(enc.ids)) for h in shapes):
+            got = ", ".join(sorted(map(str, shapes)))
+            raise ValueError(refusal(self.model_type, f"its hidden states are not one tokens × width array per "
+                                                      f"layer (it returns {got} for {len(enc.ids)} tokens)"))
+        if kind == "decoder" and (leak := causal_leak(weights)):
+            raise ValueError(refusal(self.model_type, f"it loads as a causal model, but its attention reaches later "
+                                                      f"tokens ({leak})"))
         return stack_trace(self.key, enc, text, kind, weights, hidden, norms, self.capture)
 
     def _generate(self, ids: list) -> list:
@@ -490,3 +637,66 @@ class HFModel(TorchBackend):
             words[~special] = [-1 if w is None else w for w in again.word_ids()]
         tokens = tuple(tok.convert_ids_to_tokens(ids))
         return Encoded(ids, tokens, special, words, 0)
+
+
+CHECK_TEXT = ("The quick brown fox jumps over the lazy dog; then the dog, waking slowly, chases the fox around "
+              "the old red barn and back.")
+CHECK_TARGET = "A fox runs from a dog around the barn."
+
+
+@dataclass(frozen=True)
+class Check:
+    """One model's row of the support matrix: how attnviz traces it and how far that is from eager attention."""
+
+    family: str
+    path: str  # "interface", "eager" (a visible fallback) or "refused"
+    gap: float | None  # the largest difference from the model's own eager weights, over every head
+    dtype: str
+    reason: str = ""  # a refusal's message
+
+    @property
+    def exact(self) -> bool:
+        return self.path == "refused" or (self.gap is not None and self.gap <= TOLERANCE[getattr(torch, self.dtype)])
+
+    def row(self) -> str:
+        gap = "—" if self.gap is None else f"{self.gap:.1e}"
+        return f"| {self.family} | {self.path} | {self.dtype} | {gap} | {self.reason} |"
+
+
+def check(name: str, text: str = CHECK_TEXT, target: str = CHECK_TARGET) -> Check:
+    """Trace ``name`` as a user would and compare every head with the same folder loaded eager, outputs on."""
+    import transformers as tf
+
+    folder = _locate(name)
+    try:
+        family = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type", "?")
+    except (OSError, ValueError):
+        family = "?"
+    try:
+        backend = load_hf(name)
+        trace = backend.trace(text, target)
+    except ValueError as e:
+        return Check(family, "refused", None, "", str(e))
+    dtype = str(backend.net.dtype).removeprefix("torch.")
+    ref = getattr(tf, AUTO[backend.kind]).from_pretrained(folder, attn_implementation="eager", dtype=backend.net.dtype,
+                                                            use_safetensors=True, trust_remote_code=False).eval()
+    ids = encode(backend.tokenizer, text, backend.max_tokens).ids
+    inputs = dict(input_ids=torch.tensor([ids]))  # (1, T)
+    if backend.kind == "encoder-decoder":
+        tgt = [backend.start_id, *encode(backend.tokenizer, target, backend.max_tokens - 1).ids]
+        inputs["decoder_input_ids"] = torch.tensor([tgt])  # (1, Tt)
+    with torch.inference_mode():
+        extra = {} if backend.kind == "encoder" else {"use_cache": False}
+        out = ref(**inputs, **extra, output_attentions=True)
+    if backend.kind == "encoder-decoder":
+        want = {side: out.get(f"{side}_attentions") for side in ("encoder", "decoder", "cross")}
+    else:
+        want = {"self": out.get("attentions")}
+    gaps = []
+    for side, got in stacks(trace).items():
+        mine = got.weights.dense()
+        ref_w = want.get(side)
+        if not ref_w or any(a is None for a in ref_w) or stacked(ref_w).shape != mine.shape:
+            return Check(family, trace.capture, None, dtype, f"no eager {side} weights of the same shape to compare")
+        gaps.append(float(np.abs(mine - stacked(ref_w)).max()))
+    return Check(family, trace.capture, max(gaps), dtype)
