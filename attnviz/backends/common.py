@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .. import settings
-from ..hooks import heads_masked, missing_note, projections
+from ..hooks import heads_masked, missing_note, projections, stacks
 
 MAX_CHARS = 100_000  # longer text is cut before tokenizing; the models see at most a few thousand tokens anyway
 
@@ -131,6 +131,22 @@ def stack_trace(key: str, enc: Encoded, text: str, kind: str, weights, hidden_st
     )
 
 
+class Scorer(NamedTuple):
+    """One prediction as a differentiable function of the text's token embeddings (attnviz.analysis.faithfulness)."""
+
+    target: str  # what is scored, in words: "log-odds of positive", "‖[CLS] output‖"
+    probability: bool  # True: the score is the target's log-odds, so sigmoid(score) is its probability
+    position: int | None  # the query position the prediction reads; None: every position alike (mean pooling)
+    embeds: torch.Tensor  # (T, D) the token embeddings (positions are added inside the model)
+    score: Callable  # (token embeddings (B, T, D), zeroed: (B,) key positions or None) -> (B,) float64
+
+
+def log_odds(logits: torch.Tensor, c: int) -> torch.Tensor:
+    """log p_c / (1 − p_c) from logits (B, C): unlike p_c it does not saturate for a confident model."""
+    others = torch.cat([logits[:, :c], logits[:, c + 1:]], 1).double()  # (B, C − 1)
+    return logits[:, c].double() - others.logsumexp(1)
+
+
 class Backend(Protocol):
     """A loaded model: everything pages and analyses use. ``lock`` serialises use of the shared model."""
 
@@ -153,6 +169,10 @@ class Backend(Protocol):
 
     def position_info(self):
         """The model's own position information (``attnviz.positions.PositionInfo``)."""
+
+    def scorer(self, text: str, target: str | None = None, max_tokens: int | None = None) -> Scorer:
+        """The prediction to explain (a ValueError in plain words where the model has none): the predicted or
+        chosen label of a classifier, next token of a causal LM, or an encoder's [CLS] output norm."""
 
 
 class TorchBackend:
@@ -188,3 +208,37 @@ class TorchBackend:
                 return forward()
 
         return run
+
+    def scoring(self, ids: list, table: torch.nn.Embedding, read: Callable, **scorer) -> Scorer:
+        """A Scorer over ``ids``: ``read(ids (B, T)) -> (B,)`` runs the net, whose token embeddings ``table``
+        then gives out the embeddings the score is asked about; ``zeroed`` (B,) zeroes, per text of the batch,
+        one key position's value vectors in every layer and head (Mohebbi et al. 2023)."""
+        ids = torch.tensor([ids])  # (1, T)
+        with torch.no_grad():
+            embeds = table(ids)[0].detach()  # (T, D)
+        values = [layer.get_submodule(s.spec.value) for s in stacks(self.net) for layer in s.layers]
+
+        def zero(at: torch.Tensor):
+            rows = torch.arange(len(at))
+
+            def hook(module, args, out):
+                out = out.clone()
+                out[rows, at] = 0.0  # (B, T, Hkv·Dh): every head's value at that key
+                return out
+
+            return hook
+
+        def score(x: torch.Tensor, zeroed: torch.Tensor | None = None) -> torch.Tensor:
+            handles = [table.register_forward_hook(lambda module, args, out: x.to(out))]
+            try:
+                if zeroed is not None:
+                    if not values or any(s.spec.fused_qkv for s in stacks(self.net)):
+                        raise ValueError(f"Value zeroing does not know where {self.key} keeps its value vectors.")
+                    handles += [v.register_forward_hook(zero(torch.as_tensor(zeroed))) for v in values]
+                with self.lock:
+                    return read(ids.expand(len(x), -1)).double()  # (B,)
+            finally:
+                for h in handles:
+                    h.remove()
+
+        return Scorer(embeds=embeds, score=score, **scorer)
