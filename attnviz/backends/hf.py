@@ -418,6 +418,19 @@ class HFModel(TorchBackend):
         weights = self._weights(rec, out.attentions, "", len(out.hidden_states) - 1)
         return self._side(enc, tok.decode(ids), weights, out.hidden_states, self.kind, rec.norms())
 
+    def traced(self, text) -> tuple[AttentionTrace, torch.Tensor]:
+        """(trace, next-token logits (T, V)) of a causal LM's text, or of token ids (a list, wrapped as
+        ``trace_ids`` wraps them), in one forward."""
+        if self.kind != "decoder":
+            raise ValueError(f"Next-token logits need a causal language model; {self.key} is an {self.kind}.")
+        with self.lock, torch.inference_mode():  # the lock covers the tokenizer too
+            ids = (encode(self.tokenizer, check_text(text), self.limit()).ids if isinstance(text, str)
+                   else wrapped(self.tokenizer, list(text)))
+            if not 0 < len(ids) <= self.max_tokens:
+                raise ValueError(f"{len(ids)} tokens: this model takes 1 to {self.max_tokens:,}.")
+            out, rec = self._forward(0, input_ids=ids)
+            return self._ids_trace(ids, out, rec), out.logits[0].float().cpu()
+
     def generate(self, prompt: str, sampling: Sampling | None = None) -> Generation:
         """Continue ``prompt`` with the model's own ``generate`` (KV cache), then trace prompt + continuation in
         one forward, whose logits give each step's top-5 next tokens."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..nn.attention import RECORDER, causal_mask
+from ..nn.attention import EDITOR, RECORDER, causal_mask
 from ..weights import LayerQK
 
 NAME = "attnviz"
@@ -49,7 +49,12 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     seen = {} if recorder is None else recorder.seen_masks
     layers = [layer_qk(module, query, key, attention_mask, scaling, is_causal, position_bias, softcap, sliding_window,
                        seen, b, n) for b, n in enumerate(items)]  # one text, or each text of a padded batch
+    editor = None if recorder is None else EDITOR.get()
+    if editor is not None:  # attnviz.interventions: the edits folded into the recipe, the output from its weights
+        layers = editor.layers(module, layers)
     out = None if recorder is None else recorder.attention(module, layers, value)  # (H, Tq, Dv) or None
+    if out is None and editor is not None:
+        out = editor.output(module, layers, value)
     if out is not None:  # a reducer read the weights, tile by tile, and the output came from them
         return out.transpose(0, 1).unsqueeze(0).contiguous(), None  # (1, Tq, H, Dv)
     layer = layers[0]

@@ -102,6 +102,16 @@ class TrainedLM(TorchBackend):
                             target=f"log-odds of the next token {self.vocab.itos[t]!r}", probability=True,
                             position=len(ids) - 1)
 
+    def traced(self, text) -> tuple[AttentionTrace, torch.Tensor]:
+        """(trace, next-token logits (T, V)) of a text, or of word ids (a list, after [BOS]), in one forward."""
+        if isinstance(text, str):
+            ids, cut = self._ids(text, self.limit())
+            return self._run(self._encoded(ids, cut), text)
+        ids = [self.bos, *text]
+        if not 1 < len(ids) <= self.max_tokens:
+            raise ValueError(f"{len(ids)} tokens: this model takes 2 to {self.max_tokens:,}.")
+        return self._run(self._encoded(ids), self.vocab.decode(ids))
+
     def generate(self, prompt: str, sampling: Sampling | None = None) -> Generation:
         """Continue ``prompt`` token by token (the whole prefix again each step: the model is tiny and its
         context short), then trace prompt + continuation in one forward."""

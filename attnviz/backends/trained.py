@@ -80,6 +80,14 @@ class TrainedClassifier(_Trained):
         return self.scoring(enc.ids, self.net.encoder.embeddings.tokens, lambda x: log_odds(self.net(x)[0], c),
                             target=f"log-odds of {target}", probability=True, position=None)
 
+    def traced(self, text: str) -> tuple[AttentionTrace, torch.Tensor]:
+        """(trace, label probabilities (C,)) of one text in one forward."""
+        enc, ids = self._source(text)
+        with self.lock, torch.inference_mode(), record(self.net) as rec:
+            logits, out = self.net(ids)
+        trace = stack_trace(self.key, enc, text, "encoder", rec.weights(), out.hidden_states, rec.norms())
+        return trace, logits[0].double().softmax(-1)
+
     def predict(self, text: str) -> dict[str, float]:
         """label -> probability."""
         _, ids = self._source(text)

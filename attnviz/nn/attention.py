@@ -17,6 +17,9 @@ from ..weights import LayerQK
 
 # The recorder of the forward running in this thread (``attnviz.capture.record``), None outside one.
 RECORDER: ContextVar = ContextVar("attnviz_recorder", default=None)
+# The edits of the forward running in this thread (``attnviz.interventions``), None outside one: inside a recorded
+# forward each attention call folds them into its LayerQK recipe and attends with the edited weights.
+EDITOR: ContextVar = ContextVar("attnviz_editor", default=None)
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, dropout: nn.Module | None = None):
@@ -62,7 +65,12 @@ def attend(module, q, k, v, mask=None, causal: bool = False, dropout: nn.Module 
             if bool(extra.all()) or (causal and bool((extra == causal_mask(tq, tk, q.device)).all())):
                 extra = None  # nothing that causality alone does not explain
         layers.append(LayerQK(q[b, :, :n], k[b, :, :n], scale, causal=causal, mask=extra))
+    editor = EDITOR.get()
+    if editor is not None:
+        layers = editor.layers(module, layers)
     out = recorder.attention(module, layers, v)  # (H, Tq, Dv) or None
+    if out is None and editor is not None:
+        out = editor.output(module, layers, v)  # from the edited weights; None where nothing edits this layer
     if out is not None:  # computed from the same weights a reducer read: rows that see no key are 0 already
         return out[None], None
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
@@ -137,4 +145,4 @@ class MultiHeadAttention(nn.Module):
         return self
 
 
-__all__ = ["scaled_dot_product_attention", "attend", "head_value_norms", "causal_mask", "MultiHeadAttention", "RECORDER"]
+__all__ = ["scaled_dot_product_attention", "attend", "head_value_norms", "causal_mask", "MultiHeadAttention", "RECORDER", "EDITOR"]

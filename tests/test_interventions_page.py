@@ -1,0 +1,86 @@
+"""The Interventions page in real Streamlit (AppTest): an edit from the link or the widgets changes the charted
+probabilities exactly as the library's run does; bad edits get notes; patching draws the library's map."""
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.analysis.roles import repeated_tokens
+from attnviz.interventions import Knockout, LogitDiff, Pattern, patch_heads, run as run_edits
+from helpers import decode
+from test_analysis_pages import charts, ok, run, select
+
+PAGE = "pages/11_Interventions.py"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return attnviz.load("builtin:lm")
+
+
+@pytest.fixture(scope="module")
+def text(lm):
+    ids = repeated_tokens(lm.plain_ids(), 20, 0)
+    return lm.vocab.decode(ids)  # 20 random words, then the same 20
+
+
+def bars(at):
+    before, after = charts(at)["next_token_bars"]["data"]
+    return decode(before["y"]), decode(after["y"])
+
+
+def test_edits_from_the_link_change_the_charted_probabilities(lm, text):
+    at = ok(run(PAGE, model="builtin:lm", text=text, edits="ko:1.0,ko:1.1"))
+    effect = run_edits(lm, text, [Knockout(1, 0), Knockout(1, 1)])
+    before, after = bars(at)
+    np.testing.assert_allclose(before, np.exp(effect.base.logprobs), atol=1e-6)
+    np.testing.assert_allclose(after, np.exp(effect.edited.logprobs), atol=1e-6)
+    assert after[21:].mean() < before[21:].mean() - 0.3  # the repeated half is no longer predicted
+    top = charts(at)["top_k_bars"]["data"]
+    np.testing.assert_allclose(decode(top[1]["x"]), effect.edited.top_probs[-1], atol=1e-6)
+    assert list(decode(top[0]["customdata"])) == list(effect.base.top_tokens[-1])
+
+
+def test_bad_edits_in_the_link_get_notes(text):
+    at = ok(run(PAGE, model="builtin:lm", text=text, edits="ko:9.0,pat:0.1:diagonal,zz,pat:0.1:previous"))
+    notes = [w.value for w in at.warning]
+    assert any("ko:9.0" in n and "layer 9 is out of range" in n for n in notes)
+    assert any("pat:0.1:diagonal" in n and "Unknown pattern" in n for n in notes)
+    assert any("zz" in n and "not one of" in n for n in notes)
+    before, after = bars(at)
+    assert np.abs(after - before).max() > 1e-3  # the one good edit still runs
+
+
+def test_widgets_add_an_edit(lm, text):
+    at = ok(run(PAGE, model="builtin:lm", text=text))
+    before, after = bars(at)
+    np.testing.assert_array_equal(before, after)  # no edits: one run in both
+    at.selectbox(key="layer").set_value(0)
+    at.selectbox(key="head").set_value(0)
+    at.radio(key="edit_action").set_value("previous")
+    at = ok(at.run())
+    at = ok(at.button(key="edit_add").click().run())
+    assert at.text_input(key="edits").value == "pat:0.0:previous"
+    effect = run_edits(lm, text, [Pattern(0, 0, "previous")])
+    np.testing.assert_allclose(bars(at)[1], np.exp(effect.edited.logprobs), atol=1e-6)
+
+
+def test_a_click_on_the_grid_picks_the_head(text):
+    at = ok(run(PAGE, model="builtin:lm", text=text))
+    at = ok(select(at, "edit_grid", {"x": 1, "y": 1, "point_index": 3, "curve_number": 1}))
+    assert at.session_state["layer"] == 1 and at.session_state["head"] == 1
+
+
+def test_patching_draws_the_librarys_map(lm, text):
+    words = text.split()
+    clean = " ".join(words[:30])  # 20 words, then the first 10 again: the next word is word 10
+    wrong = next(w for w in lm.vocab.itos[5:] if w not in words and w.isalpha())
+    corrupted = " ".join(words[:10] + [wrong] + words[11:30])
+    at = ok(run(PAGE, model="builtin:lm", text=clean, corrupted=corrupted))
+    good, bad = at.text_input(key="patch_good").value, at.text_input(key="patch_bad").value
+    assert good == words[10] and bad == wrong  # the default tokens: each prompt's own top prediction
+    at = ok(at.button(key="patch").click().run())
+    heat = charts(at)["patch_map"]["data"][0]
+    expected = patch_heads(lm, clean, corrupted, LogitDiff(good, bad)).restored
+    np.testing.assert_allclose(decode(heat["z"]), expected, atol=1e-6)
+    assert at.session_state["patching"][1].restored.argmax() // lm.n_heads == 1  # a layer-1 head restores most
