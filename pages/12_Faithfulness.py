@@ -7,6 +7,7 @@ import streamlit as st
 from attnviz.analysis import CAVEAT
 from attnviz.analysis.faithfulness import AOPC, METHODS, agreement, explain, forwards
 from attnviz.figures.faithfulness import deletion_curves, shaded_rows
+from attnviz.interventions import ZeroValue, editing
 from attnviz.settings import max_forwards
 from attnviz.tokens import labels
 from attnviz.ui.frame import frame, max_tokens
@@ -49,7 +50,7 @@ if st.button(f"Explain the prediction ({n:,} forward passes)", key="faith_run"):
         try:
             st.session_state["faithfulness"] = (asked, explain(
                 f.model, f.text, target, steps, lambda k, total: bar.progress(k / total, text=f"pass {k} of {total}"),
-                max_tokens()))
+                max_tokens(), lambda j: editing([ZeroValue(j)])))
         except ValueError as e:
             st.error(plain(e))
     bar.empty()

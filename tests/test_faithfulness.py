@@ -8,7 +8,8 @@ from scipy.stats import spearmanr
 
 import attnviz
 from attnviz.analysis.faithfulness import (DELETION_STEPS, METHODS, agreement, explain, forwards, gradient_input,
-                                           integrated_gradients)
+                                           integrated_gradients, value_zeroed)
+from attnviz.interventions import Knockout, ZeroValue, editing, forward
 
 NEGATED = "The film was not good today"  # the classifier's label hangs on "good" and the "not" before it
 
@@ -25,7 +26,11 @@ def minilm():
 
 @pytest.fixture(scope="module")
 def negated(classifier):
-    return explain(classifier, NEGATED)
+    return explain(classifier, NEGATED, zero_value=zero_value)
+
+
+def zero_value(j: int):
+    return editing([ZeroValue(j)])
 
 
 def scores(s, xs) -> np.ndarray:
@@ -56,6 +61,23 @@ def test_occlusion_and_curves_are_the_models_own_forwards(classifier, negated):
              for k in range(min(T, DELETION_STEPS) + 1)]
     np.testing.assert_allclose(negated.curves["gradient × input"], 1 / (1 + np.exp(-scores(s, curve))), atol=1e-6)
     assert set(negated) == set(METHODS) and all(v.shape == (T,) for v in negated.values())
+    assert "value zeroing" in explain(classifier, NEGATED).missing  # it needs the ZeroValue edit handed in
+
+
+def test_value_zeroing_of_a_token_no_head_attends_to_changes_nothing(classifier, negated):
+    s, j0 = classifier.scorer(NEGATED), 2  # "was"
+    knocked = [Knockout(layer, key=j0) for layer in range(classifier.n_layers)]  # no query sees it, in any head
+    trace, _, _ = forward(classifier, NEGATED, knocked)
+    assert all(trace.received(layer, h)[j0] == 0 for layer in range(trace.n_layers) for h in range(trace.n_heads))
+    with torch.no_grad(), editing(knocked):
+        kept = float(s.score(s.embeds[None], recorded=True)[0])
+    zeroed = value_zeroed(s, lambda j: editing([*knocked, ZeroValue(j)]))
+    assert abs(zeroed[j0] - kept) <= 1e-6
+    assert abs(zeroed[3] - kept) > 1.0  # zeroing "not", which is read, does change the score
+    # explain's value zeroing is the same edit's drop of the score on the unedited model.
+    with torch.no_grad():
+        base = float(s.score(s.embeds[None])[0])
+    np.testing.assert_allclose(negated["value zeroing"], base - value_zeroed(s, zero_value), atol=1e-5)
 
 
 @pytest.mark.parametrize("key, text", [("builtin:classifier", NEGATED),

@@ -7,7 +7,9 @@ against it (Spearman) and by its deletion curve (AOPC, Samek et al. 2017). "Remo
 the deletion curves, sets its token embedding to the integrated-gradients baseline, zero: its position stays.
 
 The model is a loaded backend, duck-typed: ``trace(text, max_tokens=…)`` and ``scorer(text, target, max_tokens)``
-(``attnviz.backends.common.Scorer``: the prediction as a differentiable function of the token embeddings).
+(``attnviz.backends.common.Scorer``: the prediction as a differentiable function of the token embeddings). Value
+zeroing is attnviz.interventions' ``ZeroValue`` edit, handed in by the caller as ``zero_value``: that module drives
+backends, so this one (which never imports a backend) cannot import it.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ METHODS = {
     "rollout": "attention rollout after the last layer (Abnar & Zuidema 2020), the target position's row",
     "norm-based": "‖α·f(x)‖ (Kobayashi et al. 2020): the row weighted by each head's value-vector norms, "
                   "heads summed, layers averaged",
-    "value zeroing": "drop of the score when the token's value vectors are zeroed in every layer and head, so no "
-                     "query can read it (Mohebbi et al. 2023)",
+    "value zeroing": "drop of the score when the token's value vectors are zeroed for every other position in every "
+                     "layer and head (Mohebbi et al. 2023)",
     "gradient × input": "∂score/∂x · x per token embedding x",
     "integrated gradients": f"x · the mean gradient on the straight path from a zero embedding to x, {IG_STEPS}-point "
                             "Gauss–Legendre quadrature (Sundararajan et al. 2017)",
@@ -99,15 +101,28 @@ def _attention(trace, position: int | None) -> dict:
     return out
 
 
-def _batched(score: Callable, xs: torch.Tensor, zeroed: torch.Tensor | None = None, tick=None) -> np.ndarray:
+def _batched(score: Callable, xs: torch.Tensor, tick=None) -> np.ndarray:
     """score of each of ``xs`` (N, T, D), BATCH at a time, without gradients: (N,)."""
     out = []
     with torch.no_grad():
         for i in range(0, len(xs), BATCH):
-            out.append(score(xs[i:i + BATCH], None if zeroed is None else zeroed[i:i + BATCH]))
+            out.append(score(xs[i:i + BATCH]))
             if tick:
                 tick(len(out[-1]))
     return torch.cat(out).numpy()
+
+
+def value_zeroed(scorer, zero_value: Callable, tick=None) -> np.ndarray:
+    """(T,) the score with token j's value vectors zeroed, for each j: one recorded forward inside ``zero_value(j)``
+    each (``lambda j: editing([ZeroValue(j)])`` from attnviz.interventions)."""
+    out = []
+    with torch.no_grad():
+        for j in range(len(scorer.embeds)):
+            with zero_value(j):
+                out.append(float(scorer.score(scorer.embeds[None], recorded=True)[0]))
+            if tick:
+                tick(1)
+    return np.array(out)
 
 
 def _removed(x: torch.Tensor, order: np.ndarray, ks) -> torch.Tensor:
@@ -144,12 +159,13 @@ def integrated_gradients(score: Callable, x: torch.Tensor, steps: int = IG_STEPS
 
 
 def explain(model, text: str, target: str | None = None, steps: int = IG_STEPS,
-            progress: Callable[[int, int], None] | None = None, max_tokens: int | None = None) -> Explanation:
+            progress: Callable[[int, int], None] | None = None, max_tokens: int | None = None,
+            zero_value: Callable | None = None) -> Explanation:
     """Every method's (T,) importance for ``model``'s prediction on ``text`` (see METHODS), with deletion curves.
 
     ``model`` is a loaded backend (``attnviz.load(key)``); ``target`` a classifier's label or a causal LM's next
-    word (default: the predicted one). ``progress(done, total)`` counts forward passes; a text that needs more
-    than ATTNVIZ_MAX_FORWARDS is refused before the first.
+    word (default: the predicted one); ``zero_value`` see ``value_zeroed`` (without it value zeroing is left out).
+    ``progress(done, total)`` counts forward passes; a text needing more than ATTNVIZ_MAX_FORWARDS is refused first.
     """
     trace = model.trace(text, max_tokens=max_tokens)
     if trace.kind not in ("encoder", "decoder"):
@@ -175,11 +191,11 @@ def explain(model, text: str, target: str | None = None, steps: int = IG_STEPS,
     alone = x.expand(T, -1, -1).clone()  # (T, T, D): text i has token i zeroed
     alone[torch.arange(T), torch.arange(T)] = 0.0
     occluded = _batched(s.score, alone, tick=tick)
-    try:
-        zeroed = _batched(s.score, x.expand(T, -1, -1), torch.arange(T), tick)
-        importance["value zeroing"] = base - zeroed
-    except ValueError as e:
-        missing["value zeroing"] = str(e)
+    if zero_value is None:
+        missing["value zeroing"] = "no zero_value was given (attnviz.interventions' ZeroValue edit)"
+        tick(T)
+    else:
+        importance["value zeroing"] = base - value_zeroed(s, zero_value, tick)
     importance["gradient × input"] = gradient_input(s.score, x)
     tick(1)
     importance["integrated gradients"] = integrated_gradients(s.score, x, steps, tick)

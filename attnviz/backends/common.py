@@ -6,6 +6,7 @@ import os
 import re
 import threading
 from bisect import bisect_right
+from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, NamedTuple, Protocol
 
@@ -13,7 +14,8 @@ import numpy as np
 import torch
 
 from .. import settings
-from ..hooks import heads_masked, missing_note, projections, stacks
+from ..capture import record
+from ..hooks import heads_masked, missing_note, projections
 
 MAX_CHARS = 100_000  # longer text is cut before tokenizing; the models see at most a few thousand tokens anyway
 
@@ -138,7 +140,7 @@ class Scorer(NamedTuple):
     probability: bool  # True: the score is the target's log-odds, so sigmoid(score) is its probability
     position: int | None  # the query position the prediction reads; None: every position alike (mean pooling)
     embeds: torch.Tensor  # (T, D) the token embeddings (positions are added inside the model)
-    score: Callable  # (token embeddings (B, T, D), zeroed: (B,) key positions or None) -> (B,) float64
+    score: Callable  # token embeddings (B, T, D) -> (B,) float64; recorded=True: one text, attnviz.interventions' edits apply
 
 
 def log_odds(logits: torch.Tensor, c: int) -> torch.Tensor:
@@ -211,34 +213,17 @@ class TorchBackend:
 
     def scoring(self, ids: list, table: torch.nn.Embedding, read: Callable, **scorer) -> Scorer:
         """A Scorer over ``ids``: ``read(ids (B, T)) -> (B,)`` runs the net, whose token embeddings ``table``
-        then gives out the embeddings the score is asked about; ``zeroed`` (B,) zeroes, per text of the batch,
-        one key position's value vectors in every layer and head (Mohebbi et al. 2023)."""
+        then gives out the embeddings the score is asked about."""
         ids = torch.tensor([ids])  # (1, T)
         with torch.no_grad():
             embeds = table(ids)[0].detach()  # (T, D)
-        values = [layer.get_submodule(s.spec.value) for s in stacks(self.net) for layer in s.layers]
 
-        def zero(at: torch.Tensor):
-            rows = torch.arange(len(at))
-
-            def hook(module, args, out):
-                out = out.clone()
-                out[rows, at] = 0.0  # (B, T, Hkv·Dh): every head's value at that key
-                return out
-
-            return hook
-
-        def score(x: torch.Tensor, zeroed: torch.Tensor | None = None) -> torch.Tensor:
-            handles = [table.register_forward_hook(lambda module, args, out: x.to(out))]
+        def score(x: torch.Tensor, recorded: bool = False) -> torch.Tensor:
+            handle = table.register_forward_hook(lambda module, args, out: x.to(out))
             try:
-                if zeroed is not None:
-                    if not values or any(s.spec.fused_qkv for s in stacks(self.net)):
-                        raise ValueError(f"Value zeroing does not know where {self.key} keeps its value vectors.")
-                    handles += [v.register_forward_hook(zero(torch.as_tensor(zeroed))) for v in values]
-                with self.lock:
+                with self.lock, record(self.net) if recorded else nullcontext():
                     return read(ids.expand(len(x), -1)).double()  # (B,)
             finally:
-                for h in handles:
-                    h.remove()
+                handle.remove()
 
         return Scorer(embeds=embeds, score=score, **scorer)
