@@ -9,7 +9,7 @@ from attnviz.analysis.faithfulness import AOPC, METHODS, agreement, explain, for
 from attnviz.figures.faithfulness import deletion_curves, shaded_rows
 from attnviz.interventions import ZeroValue, editing
 from attnviz.settings import max_forwards
-from attnviz.tokens import labels
+from attnviz.tokens import clean
 from attnviz.ui.frame import frame, max_tokens
 from attnviz.ui.jobs import slot
 from attnviz.ui.share import plain
@@ -58,7 +58,7 @@ done = st.session_state.get("faithfulness")
 if not done or done[0] != asked:
     st.stop()
 e = done[1]
-names = labels(e.tokens)
+names = [clean(t) for t in e.tokens]
 st.markdown(f"Explained: **{plain(e.target)}** = {e.score:.4g} (every embedding zeroed: {e.baseline:.4g}). "
             f"Integrated gradients add up to {e.completeness:.1%} of the difference.")
 for method, why in e.missing.items():
