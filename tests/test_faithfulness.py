@@ -137,3 +137,10 @@ def test_bad_targets_and_the_forward_budget_are_refused_in_plain_words(classifie
     monkeypatch.setenv("ATTNVIZ_MAX_FORWARDS", "50")
     with pytest.raises(ValueError, match=f"needs {forwards(6):,} forward passes, over this server's budget of 50"):
         explain(classifier, NEGATED)
+
+
+def test_models_without_a_scorer_are_refused_in_plain_words(tiny_backend):
+    with pytest.raises(ValueError, match="cannot yet give its prediction as a function of its token embeddings"):
+        explain(tiny_backend("gpt2"), "the cat sat")
+    with pytest.raises(ValueError, match="encoder–decoder models are not supported"):
+        explain(attnviz.load("builtin:translator"), "Friday, the 5th of March 2021")

@@ -167,9 +167,12 @@ def explain(model, text: str, target: str | None = None, steps: int = IG_STEPS,
     word (default: the predicted one); ``zero_value`` see ``value_zeroed`` (without it value zeroing is left out).
     ``progress(done, total)`` counts forward passes; a text needing more than ATTNVIZ_MAX_FORWARDS is refused first.
     """
-    trace = model.trace(text, max_tokens=max_tokens)
-    if trace.kind not in ("encoder", "decoder"):
+    if model.kind not in ("encoder", "decoder"):
         raise ValueError("Faithfulness explains one stack's prediction: encoder–decoder models are not supported.")
+    if not hasattr(model, "scorer"):
+        raise ValueError(f"{model.key} cannot yet give its prediction as a function of its token embeddings: "
+                         "faithfulness covers attnviz's built-in models.")
+    trace = model.trace(text, max_tokens=max_tokens)
     T = trace.n_tokens
     total = forwards(T, steps)
     check_forwards(total, f"Explaining a prediction on {T} tokens")
