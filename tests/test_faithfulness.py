@@ -139,8 +139,20 @@ def test_bad_targets_and_the_forward_budget_are_refused_in_plain_words(classifie
         explain(classifier, NEGATED)
 
 
-def test_models_without_a_scorer_are_refused_in_plain_words(tiny_backend):
-    with pytest.raises(ValueError, match="cannot yet give its prediction as a function of its token embeddings"):
-        explain(tiny_backend("gpt2"), "the cat sat")
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_hugging_face_models_are_explained_too(tiny_backend, family):
+    model = tiny_backend(family)
+    e = explain(model, "the cat sat on the mat", zero_value=zero_value, steps=128)
+    s = model.scorer("the cat sat on the mat")
+    fx, f0 = scores(s, [s.embeds, torch.zeros_like(s.embeds)])
+    assert e.score == pytest.approx(fx, abs=1e-5) and set(e) == set(METHODS)
+    if family == "gpt2":  # the tiny BERT's [CLS] norm is its final LayerNorm's, √D whatever the input
+        assert abs(e["integrated gradients"].sum() - (fx - f0)) <= 0.01 * abs(fx - f0)
+    T = len(s.embeds)
+    alone = [torch.where(torch.arange(T)[:, None] == i, 0.0, s.embeds) for i in range(T)]
+    np.testing.assert_allclose(e["occlusion"], fx - scores(s, alone), atol=1e-5)
+
+
+def test_encoder_decoders_are_refused_in_plain_words():
     with pytest.raises(ValueError, match="encoder–decoder models are not supported"):
         explain(attnviz.load("builtin:translator"), "Friday, the 5th of March 2021")

@@ -171,7 +171,7 @@ def explain(model, text: str, target: str | None = None, steps: int = IG_STEPS,
         raise ValueError("Faithfulness explains one stack's prediction: encoder–decoder models are not supported.")
     if not hasattr(model, "scorer"):
         raise ValueError(f"{model.key} cannot yet give its prediction as a function of its token embeddings: "
-                         "faithfulness covers attnviz's built-in models.")
+                         "faithfulness covers the built-in models and Hugging Face encoders and causal LMs.")
     trace = model.trace(text, max_tokens=max_tokens)
     T = trace.n_tokens
     total = forwards(T, steps)

@@ -214,15 +214,15 @@ class TorchBackend:
     def scoring(self, ids: list, table: torch.nn.Embedding, read: Callable, **scorer) -> Scorer:
         """A Scorer over ``ids``: ``read(ids (B, T)) -> (B,)`` runs the net, whose token embeddings ``table``
         then gives out the embeddings the score is asked about."""
-        ids = torch.tensor([ids])  # (1, T)
+        ids = torch.tensor([ids], device=table.weight.device)  # (1, T)
         with torch.no_grad():
-            embeds = table(ids)[0].detach()  # (T, D)
+            embeds = table(ids)[0].detach().float().cpu()  # (T, D); the hook moves them to the model's device
 
         def score(x: torch.Tensor, recorded: bool = False) -> torch.Tensor:
             handle = table.register_forward_hook(lambda module, args, out: x.to(out))
             try:
                 with self.lock, record(self.net) if recorded else nullcontext():
-                    return read(ids.expand(len(x), -1)).double()  # (B,)
+                    return read(ids.expand(len(x), -1)).double().cpu()  # (B,)
             finally:
                 handle.remove()
 
