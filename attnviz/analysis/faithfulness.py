@@ -37,8 +37,8 @@ METHODS = {
     "value zeroing": "drop of the score when the token's value vectors are zeroed for every other position in every "
                      "layer and head (Mohebbi et al. 2023)",
     "gradient × input": "∂score/∂x · x per token embedding x",
-    "integrated gradients": f"x · the mean gradient on the straight path from a zero embedding to x, {IG_STEPS}-point "
-                            "Gauss–Legendre quadrature (Sundararajan et al. 2017)",
+    "integrated gradients": "x · the mean gradient on the straight path from a zero embedding to x, by Gauss–Legendre "
+                            f"quadrature ({IG_STEPS} points unless chosen; Sundararajan et al. 2017)",
     "occlusion": "drop of the score when the token alone is removed (its embedding zeroed): the reference",
 }
 AOPC = ("AOPC = mean over k = 0…K of p(text) − p(text without the top-k tokens), K = min(T, "
