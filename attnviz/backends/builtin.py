@@ -12,7 +12,7 @@ import torch
 from ..capture import record
 from ..nn import EncoderModel, TransformerConfig
 from ..traces import AttentionTrace
-from .common import Encoded, TorchBackend, check_text, encode, ordinary_ids, stack_trace, wrapped
+from .common import Encoded, Scorer, TorchBackend, check_text, encode, ordinary_ids, stack_trace, wrapped
 from .lm import LM
 from .trained import TRAINED
 
@@ -137,6 +137,15 @@ class BuiltinModel(TorchBackend):
         """("encoder", run): the last hidden states (T, D) with heads scaled by ``head_mask`` (L, H)."""
         ids = torch.tensor([encode(self.tokenizer, check_text(text), self.limit(max_tokens)).ids])  # (1, T)
         return "encoder", self.masked_run(lambda: self.net(ids).last[0])
+
+    def scorer(self, text: str, target: str | None = None, max_tokens: int | None = None) -> Scorer:
+        """The norm of the first token's ([CLS]) final hidden state: an encoder predicts nothing of its own."""
+        if target is not None:
+            raise ValueError("An encoder has no labels or next tokens to choose: its [CLS] output norm is explained.")
+        with self.lock:
+            enc = encode(self.tokenizer, check_text(text), self.limit(max_tokens))
+        return self.scoring(enc.ids, self.net.embeddings.tokens, lambda x: self.net(x).last[:, 0].norm(dim=-1),
+                            target=f"‖{enc.tokens[0]} output‖", probability=False, position=0)
 
 
 def _tokenizer():

@@ -7,6 +7,7 @@ import os
 import re
 import threading
 from bisect import bisect_right
+from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, NamedTuple, Protocol
 
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 
 from .. import settings
+from ..capture import record
 from ..hooks import heads_masked, missing_note, projections
 
 log = logging.getLogger("attnviz")
@@ -139,6 +141,22 @@ def stack_trace(key: str, enc: Encoded, text: str, kind: str, weights, hidden_st
     )
 
 
+class Scorer(NamedTuple):
+    """One prediction as a differentiable function of the text's token embeddings (attnviz.analysis.faithfulness)."""
+
+    target: str  # what is scored, in words: "log-odds of positive", "‖[CLS] output‖"
+    probability: bool  # True: the score is the target's log-odds, so sigmoid(score) is its probability
+    position: int | None  # the query position the prediction reads; None: every position alike (mean pooling)
+    embeds: torch.Tensor  # (T, D) the token embeddings (positions are added inside the model)
+    score: Callable  # token embeddings (B, T, D) -> (B,) float64; recorded=True: one text, attnviz.interventions' edits apply
+
+
+def log_odds(logits: torch.Tensor, c: int) -> torch.Tensor:
+    """log p_c / (1 − p_c) from logits (B, C): unlike p_c it does not saturate for a confident model."""
+    others = torch.cat([logits[:, :c], logits[:, c + 1:]], 1).double()  # (B, C − 1)
+    return logits[:, c].double() - others.logsumexp(1)
+
+
 class Backend(Protocol):
     """A loaded model: everything pages and analyses use. ``lock`` serialises use of the shared model."""
 
@@ -161,6 +179,10 @@ class Backend(Protocol):
 
     def position_info(self):
         """The model's own position information (``attnviz.positions.PositionInfo``)."""
+
+    def scorer(self, text: str, target: str | None = None, max_tokens: int | None = None) -> Scorer:
+        """The prediction to explain (a ValueError in plain words where the model has none): the predicted or
+        chosen label of a classifier, next token of a causal LM, or an encoder's [CLS] output norm."""
 
 
 class TorchBackend:
@@ -196,3 +218,20 @@ class TorchBackend:
                 return forward()
 
         return run
+
+    def scoring(self, ids: list, table: torch.nn.Embedding, read: Callable, **scorer) -> Scorer:
+        """A Scorer over ``ids``: ``read(ids (B, T)) -> (B,)`` runs the net, whose token embeddings ``table``
+        then gives out the embeddings the score is asked about."""
+        ids = torch.tensor([ids], device=table.weight.device)  # (1, T)
+        with torch.no_grad():
+            embeds = table(ids)[0].detach().float().cpu()  # (T, D); the hook moves them to the model's device
+
+        def score(x: torch.Tensor, recorded: bool = False) -> torch.Tensor:
+            handle = table.register_forward_hook(lambda module, args, out: x.to(out))
+            try:
+                with self.lock, record(self.net) if recorded else nullcontext():
+                    return read(ids.expand(len(x), -1)).double().cpu()  # (B,)
+            finally:
+                handle.remove()
+
+        return Scorer(embeds=embeds, score=score, **scorer)

@@ -29,7 +29,8 @@ from ..generation import Generation, Sampling, top_next
 from ..traces import AttentionTrace, Seq2SeqTrace, stacks
 from ..weights import DenseWeights
 from . import hf_attention
-from .common import Encoded, TorchBackend, check_text, encode, ordinary_ids, stack_trace, stacked, wrapped
+from .common import (Encoded, Scorer, TorchBackend, check_text, encode, log_odds, ordinary_ids, stack_trace, stacked,
+                     wrapped)
 from .trained import ENCODER_DECODER_ABLATION
 
 log = logging.getLogger("attnviz")
@@ -532,6 +533,29 @@ class HFModel(TorchBackend):
             raise ValueError("The next-token loss needs at least two tokens: enter a longer text.")
         loss = lambda: F.cross_entropy(self.net(input_ids=ids).logits[0, :-1].double(), ids[0, 1:])  # noqa: E731
         return "lm", self.masked_run(loss)  # predicts token t + 1 from t
+
+    def scorer(self, text: str, target: str | None = None, max_tokens: int | None = None) -> Scorer:
+        """A causal LM's next token (predicted, or ``target``: one token) as log-odds; an encoder's [CLS] norm."""
+        if self.kind == "encoder-decoder":
+            raise ValueError("Faithfulness explains one stack's prediction: encoder–decoder models are not supported.")
+        with self.lock:
+            enc = encode(self.tokenizer, check_text(text), self.limit(max_tokens))
+            wanted = None if target is None else self.tokenizer(target, add_special_tokens=False)["input_ids"]
+        table, net = self.net.get_input_embeddings(), self.net
+        if self.kind == "encoder":
+            if target is not None:
+                raise ValueError("An encoder has no labels or next tokens to choose: its [CLS] output norm is explained.")
+            return self.scoring(enc.ids, table, lambda x: net(input_ids=x).last_hidden_state[:, 0].norm(dim=-1),
+                                target=f"‖{enc.tokens[0]} output‖", probability=False, position=0)
+        if wanted is not None and len(wanted) != 1:
+            raise ValueError(f"{target!r} is {len(wanted)} tokens for this tokenizer: choose a single next token.")
+        if wanted is None:
+            with self.lock, torch.inference_mode():
+                wanted = [int(net(input_ids=torch.tensor([enc.ids], device=self.device)).logits[0, -1].argmax())]
+        t = wanted[0]
+        name = self.tokenizer.convert_ids_to_tokens(t)
+        return self.scoring(enc.ids, table, lambda x: log_odds(net(input_ids=x, use_cache=False).logits[:, -1], t),
+                            target=f"log-odds of the next token {name!r}", probability=True, position=len(enc.ids) - 1)
 
     def plain_ids(self) -> list[int]:
         """Every token id that is not a special token (what a probe of random tokens draws from)."""

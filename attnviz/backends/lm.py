@@ -18,7 +18,7 @@ from ..generation import Generation, Sampling, top_next
 from ..nn import LanguageModel, TransformerConfig
 from ..tasks import BOS, EOS, SPECIALS, Vocab
 from ..traces import AttentionTrace
-from .common import Encoded, TorchBackend, check_text, stack_trace
+from .common import Encoded, Scorer, TorchBackend, check_text, log_odds, stack_trace
 from .trained import CHECKPOINTS
 
 DESCRIPTION = ("a {n_layers}-layer × {n_heads}-head decoder-only language model trained on attnviz's generated "
@@ -89,6 +89,18 @@ class TrainedLM(TorchBackend):
         if not 0 < len(ids) <= self.max_tokens:
             raise ValueError(f"{len(ids)} tokens: this model takes 1 to {self.max_tokens:,}.")
         return self._run(self._encoded(ids), self.vocab.decode(ids))[0]
+
+    def scorer(self, text: str, target: str | None = None, max_tokens: int | None = None) -> Scorer:
+        """The log-odds of the next token after the text: the predicted one, or ``target`` (a word)."""
+        ids, _ = self._ids(text, self.limit(max_tokens))
+        if target is None:
+            with self.lock, torch.inference_mode():
+                t = int(self.net(torch.tensor([ids]))[0][0, -1].argmax())
+        elif (t := self.vocab.stoi.get(str(target).strip().lower())) is None or self.vocab.itos[t] in SPECIALS:
+            raise ValueError(f"{target!r} is not a word of this model's vocabulary: choose another next token.")
+        return self.scoring(ids, self.net.embeddings.tokens, lambda x: log_odds(self.net(x)[0][:, -1], t),
+                            target=f"log-odds of the next token {self.vocab.itos[t]!r}", probability=True,
+                            position=len(ids) - 1)
 
     def traced(self, text) -> tuple[AttentionTrace, torch.Tensor]:
         """(trace, next-token logits (T, V)) of a text, or of word ids (a list, after [BOS]), in one forward."""

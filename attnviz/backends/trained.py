@@ -17,7 +17,7 @@ from ..capture import record
 from ..nn import TextClassifier, TransformerConfig, Translator
 from ..tasks import BOS, EOS, SPECIALS, Vocab
 from ..traces import AttentionTrace, Seq2SeqTrace
-from .common import Encoded, TorchBackend, check_text, stack_trace
+from .common import Encoded, Scorer, TorchBackend, check_text, log_odds, stack_trace
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 ENCODER_DECODER_ABLATION = "Head ablation covers encoders and causal LMs; encoder–decoder models are not supported."
@@ -67,6 +67,18 @@ class TrainedClassifier(_Trained):
         """("classifier", run): the class probabilities with heads scaled by ``head_mask`` (L, H)."""
         _, ids = self._source(text, max_tokens)
         return "classifier", self.masked_run(lambda: self.net(ids)[0][0].double().softmax(-1))  # (n_classes,)
+
+    def scorer(self, text: str, target: str | None = None, max_tokens: int | None = None) -> Scorer:
+        """The log-odds of the predicted label (or ``target``, a label), read from every position's mean."""
+        enc, ids = self._source(text, max_tokens)
+        if target is None:
+            with self.lock, torch.inference_mode():
+                target = self.labels[int(self.net(ids)[0][0].argmax())]
+        if target not in self.labels:
+            raise ValueError(f"Unknown label {target!r}: this classifier's labels are {', '.join(self.labels)}.")
+        c = self.labels.index(target)
+        return self.scoring(enc.ids, self.net.encoder.embeddings.tokens, lambda x: log_odds(self.net(x)[0], c),
+                            target=f"log-odds of {target}", probability=True, position=None)
 
     def traced(self, text: str) -> tuple[AttentionTrace, torch.Tensor]:
         """(trace, label probabilities (C,)) of one text in one forward."""
