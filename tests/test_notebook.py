@@ -174,3 +174,5 @@ def test_the_widget_bundle_carries_the_static_display():
     assert "application/vnd.jupyter.widget-view+json" in data
     assert data["text/html"].count('src="data:image/png;base64,') == 2
     json.dumps(data)  # a notebook can store it
+    own, _ = notebook._trace_bundle(t)  # what a trace as a cell's last value shows: the explorer, its summary as text
+    assert "application/vnd.jupyter.widget-view+json" in own and own["text/plain"] == repr(t)

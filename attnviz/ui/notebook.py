@@ -380,10 +380,10 @@ def model_view(attention=None, tokens=None, sentence_b_start=None, prettify_toke
 def _trace_bundle(trace):
     """A trace's own display in a notebook: the explorer (static PNGs where anywidget is missing)."""
     try:
-        widget = explorer(trace)
+        data, meta = explorer(trace)._repr_mimebundle_()
     except ImportError:
-        return static_bundle(trace)
-    return widget._repr_mimebundle_()
+        data, meta = static_bundle(trace), {}
+    return {**data, "text/plain": repr(trace)}, meta  # a console, or a frontend that shows text only: the trace's summary
 
 
 def register() -> None:
