@@ -18,8 +18,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
-
 from conftest import ROOT, free_port
 
 DOCKERFILE = ROOT / "Dockerfile"

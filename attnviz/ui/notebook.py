@@ -15,7 +15,6 @@ shows static PNGs of the overview and the head. Never imports Streamlit.
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 from functools import lru_cache
