@@ -13,7 +13,11 @@ import os
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from .backends import DEFAULT_MODEL, list_models, load  # noqa: E402
-from .traces import AttentionTrace, Seq2SeqTrace
+from .outputs import from_attentions  # noqa: E402
+from .traces import AttentionTrace, Seq2SeqTrace  # noqa: E402
+from .ui.notebook import explorer, head_view, model_view, register as _register_display, show  # noqa: E402
+
+_register_display()  # in a notebook kernel, a trace displays itself as the explorer
 
 __version__ = "0.2.0"
 
@@ -27,4 +31,5 @@ def trace(text: str, model: str = DEFAULT_MODEL, target: str | None = None):
     return load(model).trace(text, target)
 
 
-__all__ = ["trace", "list_models", "load", "AttentionTrace", "Seq2SeqTrace", "DEFAULT_MODEL"]
+__all__ = ["trace", "list_models", "load", "AttentionTrace", "Seq2SeqTrace", "DEFAULT_MODEL", "show", "explorer",
+           "head_view", "model_view", "from_attentions"]

@@ -1,0 +1,73 @@
+"""A trace of attention weights a model already returned: what bertviz users pass (Hugging Face
+``outputs.attentions``, a tuple of (1, H, T, T) tensors per layer, and the tokens).
+
+The weights are held dense (``DenseWeights``, capture "dense"): they are given, not recomputed, so a
+trace of them is exactly what the model returned. One constructor builds every trace (``AttentionTrace``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .traces import AttentionTrace, Seq2SeqTrace
+
+SPECIALS = ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]", "<s>", "</s>", "<pad>", "<unk>", "<mask>",
+            "<|endoftext|>", "<bos>", "<eos>")
+
+
+def stacked(attention, what: str = "attention") -> np.ndarray:
+    """(L, H, Tq, Tk) float32 from a tuple of per-layer (1, H, Tq, Tk) tensors or arrays (or one such array)."""
+    if attention is None or (isinstance(attention, (tuple, list)) and len(attention) == 0):
+        raise ValueError(
+            f"{what} holds no weights: a model run with SDPA or flash attention returns none even with "
+            "output_attentions=True; load it with attn_implementation=\"eager\"")
+    layers = attention if isinstance(attention, (tuple, list)) else [attention[i] for i in range(len(attention))]
+    arrays = []
+    for i, a in enumerate(layers):
+        if hasattr(a, "detach"):  # a torch tensor, maybe on a GPU or in half precision
+            a = a.detach().float().cpu().numpy()
+        a = np.asarray(a, np.float32)
+        if a.ndim == 4 and a.shape[0] != 1:
+            raise ValueError(f"{what}[{i}] holds a batch of {a.shape[0]} texts: pass one text (batch size 1)")
+        if a.ndim == 4:
+            a = a[0]  # (H, Tq, Tk)
+        if a.ndim != 3:
+            raise ValueError(f"{what}[{i}] must be (1, heads, queries, keys), got shape {a.shape}")
+        arrays.append(a)
+    if len({a.shape for a in arrays}) != 1:
+        raise ValueError(f"every layer of {what} must have the same shape, got {sorted({a.shape for a in arrays})}")
+    return np.stack(arrays)  # (L, H, Tq, Tk)
+
+
+def is_causal(attn: np.ndarray) -> bool:
+    """True when no query gives any weight to a later key, in every head (a decoder's self-attention)."""
+    T = attn.shape[-1]
+    return attn.shape[-2] == T and T > 1 and not np.triu(np.abs(attn).max((0, 1)), 1).any()
+
+
+def _trace(tokens, attn: np.ndarray, model: str, kind: str | None) -> AttentionTrace:
+    tokens = [str(t) for t in tokens]
+    special = np.array([t in SPECIALS for t in tokens])
+    kind = kind or ("decoder" if is_causal(attn) else "encoder")
+    return AttentionTrace(tokens, attn, special=special, model=model, kind=kind, capture="dense")
+
+
+def from_attentions(attention=None, tokens=None, *, encoder_attention=None, decoder_attention=None,
+                    cross_attention=None, encoder_tokens=None, decoder_tokens=None, model: str = "",
+                    kind: str | None = None):
+    """A trace of given weights: ``attention`` (per layer (1, H, T, T)) with ``tokens``, or an encoder–decoder's
+    three stacks with its two token lists (a Seq2SeqTrace). ``kind`` None: "decoder" when every head is causal."""
+    if encoder_attention is None and decoder_attention is None and cross_attention is None:
+        if tokens is None:
+            raise ValueError("give the tokens with the attention: attnviz.from_attentions(outputs.attentions, tokens)")
+        return _trace(tokens, stacked(attention), model, kind)
+    if attention is not None:
+        raise ValueError("give attention (one stack) or encoder_attention, decoder_attention and cross_attention")
+    missing = [n for n, v in dict(encoder_attention=encoder_attention, decoder_attention=decoder_attention,
+                                  cross_attention=cross_attention, encoder_tokens=encoder_tokens,
+                                  decoder_tokens=decoder_tokens).items() if v is None]
+    if missing:
+        raise ValueError(f"an encoder–decoder needs all three stacks and both token lists; missing: {', '.join(missing)}")
+    encoder = _trace(encoder_tokens, stacked(encoder_attention, "encoder_attention"), model, "encoder")
+    decoder = _trace(decoder_tokens, stacked(decoder_attention, "decoder_attention"), model, "decoder")
+    return Seq2SeqTrace(encoder, decoder, stacked(cross_attention, "cross_attention"))

@@ -1,0 +1,627 @@
+"""The attention explorer in a notebook: ``show(trace)``, a trace's own display, and bertviz's calls.
+
+An anywidget (no CDN, no requirejs: its ES module travels inside the widget's state, so JupyterLab, Notebook 7,
+VS Code and Colab load it alike). Heatmaps are drawn on a <canvas> from the weights themselves, not with
+plotly.js: plotly.js is ~3.5 MB of script that every widget would carry in its state and in the saved
+notebook, while the canvas code is a few KB and the weights a head needs are sent once, as float32 binary
+(exact: hover reads them, and the colours follow the app's own scale and ranges). The overview is the app's
+mosaic (``figures.overview.mosaic``) as a PNG.
+
+The kernel computes what is on screen only, through ``trace.head/row/column/pooled`` and ``analysis.long.window``:
+a text up to SCREEN × SCREEN cells sends its whole head (≤ 1 MB); a longer one sends the head at block resolution
+and an exact window, as the Long text page does. Without a kernel (nbconvert, a rendered notebook) the cell
+shows static PNGs of the overview and the head. Never imports Streamlit.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from functools import lru_cache
+
+import numpy as np
+import plotly.colors
+from plotly.utils import image_array_to_data_uri
+
+from ..analysis.long import block_size, window as long_window
+from ..figures.common import PROB_SCALE
+from ..figures.long import overview_size
+from ..figures.overview import MASK_COLOUR, TILE, max_pool, mosaic
+from ..outputs import from_attentions
+from ..tokens import clean, labels
+from ..traces import AttentionTrace, Seq2SeqTrace, stacks
+from ..views import colour_top
+
+SCREEN = 512  # a head up to SCREEN × SCREEN cells is sent whole (1 MB of float32); a longer one as blocks + window
+DETAIL = 256  # blocks a side of a long head at block resolution (as the Long text page)
+WINDOW_MAX = 256  # tokens a side of a long text's exact window
+STATIC_PIXELS = 256  # the most pixels a side of the static head image
+INSTALL = "the notebook explorer needs anywidget: pip install 'attnviz[notebook]' (or -r requirements-notebook.txt)"
+
+
+@lru_cache(maxsize=1)
+def lut() -> np.ndarray:
+    """(256, 3) uint8: the app's probability colour scale at 256 levels."""
+    colours = plotly.colors.sample_colorscale(PROB_SCALE, np.linspace(0, 1, 256).tolist(), colortype="tuple")
+    return np.rint(np.array(colours) * 255).astype(np.uint8)
+
+
+def head_name(layer: int, head: int | None, n_heads: int) -> str:
+    """The app's name of a head (or of the layer's mean)."""
+    return f"layer {layer}, mean of {n_heads} heads" if head is None else f"layer {layer}, head {head}"
+
+
+def _f32(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a, np.float32).tobytes()
+
+
+def _block_mask(Tq: int, Tk: int, bq: int, bk: int) -> np.ndarray:
+    """(sq, sk) bool: blocks a causal model cannot see at all (every key after every query of the block)."""
+    last_query = np.minimum(np.arange(0, Tq, bq) + bq, Tq) - 1 + (Tk - Tq)  # (sq,)
+    return np.arange(0, Tk, bk)[None, :] > last_query[:, None]
+
+
+class View:
+    """What the explorer shows of one stack of a trace, computed on demand; every method returns plain data."""
+
+    def __init__(self, trace, stack: str):
+        self.trace, self.name = trace, stack
+        s = stacks(trace)[stack]
+        self.side = None if stack == "self" else stack
+        self.L, self.H, self.Tq, self.Tk = s.weights.shape
+        self.causal = s.causal
+        self.q_tokens, self.k_tokens = s.queries.tokens, s.keys.tokens
+        self.q_labels, self.k_labels = labels(self.q_tokens), labels(self.k_tokens)
+        self.long = self.Tq * self.Tk > SCREEN * SCREEN
+        self._pooled = None
+
+    def pooled(self) -> np.ndarray:
+        """(L, H, s, s) block max of every head, ≤ DETAIL blocks a side: one pass, kept for the overview and zoom."""
+        if self._pooled is None:
+            self._pooled = self.trace.pooled(DETAIL, self.side)
+        return self._pooled
+
+    def blocks(self) -> tuple[int, int]:
+        return block_size(self.Tq, DETAIL), block_size(self.Tk, DETAIL)
+
+    def overview_image(self) -> tuple[np.ndarray, int, int]:
+        """(the app's mosaic of every head, tile pitch down, tile pitch across) in pixels, gaps included."""
+        p = self.pooled()
+        masked = _block_mask(self.Tq, self.Tk, *self.blocks()) if self.causal else None
+        tile = overview_size(self.L, self.H) if self.long else TILE
+        image = mosaic(p, masked, tile=tile)
+        return image, min(p.shape[2], tile) + 1, min(p.shape[3], tile) + 1
+
+    def overview(self) -> dict:
+        image, pq, pk = self.overview_image()
+        scale = "each head on its own colour range"
+        if self.long:
+            scale = f"block max of {self.blocks()[1]:,}-token blocks · {scale}"
+        return dict(png=image_array_to_data_uri(image), pitch=[pq, pk], size=[image.shape[0], image.shape[1]],
+                    title=f"all {self.L} layers × {self.H} heads · {scale} · click a head to open it")
+
+    def head(self, layer: int, head: int | None) -> np.ndarray:
+        """(Tq, Tk) the whole head (short texts only)."""
+        return self.trace.head(layer, head, self.side)
+
+    def window(self, layer: int, head: int | None, start: int, stop: int) -> np.ndarray:
+        """Exact weights of queries and keys ``start:stop`` (clipped to each axis)."""
+        if self.Tq == self.Tk:
+            return long_window(self.stack_weights, layer, head, start, stop)
+        rows = range(start, min(stop, self.Tq))
+        return np.stack([self.trace.row(layer, head, q, self.side)[start:min(stop, self.Tk)] for q in rows])
+
+    @property
+    def stack_weights(self):
+        return self.trace.stack(self.side).weights
+
+    def detail(self, layer: int, head: int | None, window: tuple[int, int]) -> dict:
+        """One head: whole (short) or at block resolution with an exact window (long)."""
+        name = head_name(layer, head, self.H)
+        if not self.long:
+            w = self.head(layer, head)
+            masked = self.mask(0, self.Tq, 0, self.Tk)
+            return dict(title=name, rows=[0, self.Tq], cols=[0, self.Tk], top=colour_top(w, masked),
+                        weights=_f32(w), causal=self.causal)
+        start, stop = window
+        w = self.window(layer, head, start, stop)
+        rows, cols = [start, start + w.shape[0]], [start, start + w.shape[1]]
+        p = self.pooled()[layer]
+        b = p.mean(0) if head is None else p[head]  # (s, s)
+        bq, bk = self.blocks()
+        return dict(title=f"{name} · tokens {start:,}–{rows[1] - 1:,}, exact weights", rows=rows, cols=cols,
+                    top=colour_top(w, self.mask(*rows, *cols)), weights=_f32(w), causal=self.causal,
+                    blocks=dict(title=f"{name} · block max of {bk:,}-token blocks · click to zoom",
+                                shape=list(b.shape), block=[bq, bk], top=max(float(np.percentile(b, 99.5)), 1e-6),
+                                weights=_f32(b)))
+
+    def mask(self, q0: int, q1: int, k0: int, k1: int) -> np.ndarray | None:
+        """(q1 − q0, k1 − k0) bool, True where a causal model cannot look; None when nothing is hidden."""
+        if not self.causal:
+            return None
+        return np.arange(k0, k1)[None, :] > np.arange(q0, q1)[:, None] + (self.Tk - self.Tq)
+
+    def focus(self, layer: int, head: int | None, index: int, direction: str) -> dict:
+        """One token's weights (its row, "to", or its column, "from") in the head and in every head of the layer."""
+        read = self.trace.row if direction == "to" else self.trace.column
+        token = (self.q_tokens if direction == "to" else self.k_tokens)[index]
+        word = clean(token) if len(clean(token)) <= 20 else clean(token)[:19] + "…"
+        what = f"what “{word}” attends to" if direction == "to" else f"what attends to “{word}”"
+        every = np.stack([read(layer, h, index, self.side) for h in range(self.H)])  # (H, T)
+        one = every.mean(0) if head is None else every[head]
+        return dict(title=f"{what} · {head_name(layer, head, self.H)}", heads_title=f"{what} · every head of layer {layer}",
+                    index=index, direction=direction, weights=_f32(one), heads=_f32(every),
+                    top=max(float(every.max()), 1e-6))
+
+    def links(self, query: int, key: int) -> dict:
+        """The weight query ``query`` gives key ``key`` in every head, (L, H)."""
+        values = np.array([[self.trace.row(l, h, query, self.side)[key] for h in range(self.H)] for l in range(self.L)])
+        hidden = bool(self.causal and key > query + (self.Tk - self.Tq))
+        return dict(title=f"how much “{self.q_labels[query]}” attends to “{self.k_labels[key]}” · click a head to open it",
+                    query=query, key=key, weights=_f32(values), top=max(float(values.max()), 1e-6),
+                    note="A causal model's query never sees a later token: every head gives this pair 0." if hidden else "")
+
+    def static_images(self, layer: int, head: int | None) -> tuple[np.ndarray, np.ndarray, str]:
+        """(overview RGB, head RGB, head title): the static display, the head at most STATIC_PIXELS a side."""
+        if self.long:
+            p = self.pooled()[layer]
+            w, masked = (p.mean(0) if head is None else p[head]), None
+            title = f"{head_name(layer, head, self.H)} · block max of {self.blocks()[1]:,}-token blocks"
+        else:
+            w, masked = self.head(layer, head), self.mask(0, self.Tq, 0, self.Tk)
+            title = head_name(layer, head, self.H)
+        top = colour_top(w, masked)
+        small = max_pool(max_pool(w, STATIC_PIXELS, 0), STATIC_PIXELS, 1)
+        rgb = lut()[np.rint(np.clip(small / top, 0, 1) * 255).astype(np.uint8)]
+        if masked is not None:
+            hidden = max_pool(max_pool(masked.astype(np.uint8), STATIC_PIXELS, 0, np.minimum), STATIC_PIXELS, 1,
+                              np.minimum).astype(bool)
+            rgb[hidden] = np.array(plotly.colors.hex_to_rgb(MASK_COLOUR), np.uint8)
+        return self.overview_image()[0], rgb, title
+
+
+def stack_names(trace) -> list[str]:
+    return list(stacks(trace))
+
+
+def static_html(trace, layer: int = 0, head: int | None = 0, stack: str | None = None) -> str:
+    """The explorer as plain HTML with two PNGs (the overview and the head): what a cell shows without a kernel."""
+    view = View(trace, stack or stack_names(trace)[0])
+    overview, detail, title = view.static_images(layer, head)
+    model = html.escape(trace.model or "attention", quote=False)
+    parts = [f'<div class="attnviz-static"><p><b>attnviz</b> · {model} · {view.Tq:,} tokens · '
+             f"{view.L} layers × {view.H} heads (static image: run the notebook for the explorer)</p>"]
+    for caption, image in ((f"all {view.L} layers × {view.H} heads", overview), (title, detail)):
+        alt = html.escape(caption)
+        parts.append(f'<figure style="display:inline-block;margin:4px;vertical-align:top">'
+                     f'<img src="{image_array_to_data_uri(image)}" alt="{alt}" style="max-width:480px;'
+                     f'image-rendering:pixelated"/><figcaption>{alt}</figcaption></figure>')
+    return "".join(parts) + "</div>"
+
+
+def static_bundle(trace, layer: int = 0, head: int | None = 0, stack: str | None = None) -> dict:
+    """text/html (both PNGs) and image/png (the overview) for a trace, with a one-line text/plain."""
+    view = View(trace, stack or stack_names(trace)[0])
+    uri = image_array_to_data_uri(view.overview_image()[0])
+    return {"text/html": static_html(trace, layer, head, stack), "image/png": uri.split(",", 1)[1],
+            "text/plain": f"<attnviz explorer: {trace.model or 'attention'}, {view.Tq} tokens>"}
+
+
+@lru_cache(maxsize=1)
+def explorer_class():
+    """The widget class, built on first use so that ``import attnviz`` does not need anywidget."""
+    try:
+        import anywidget
+        import traitlets
+    except ImportError as e:
+        raise ImportError(INSTALL) from e
+
+    class Explorer(anywidget.AnyWidget):
+        """Every head, a head in detail, token focus and which heads link two tokens, for one trace."""
+
+        _esm = ESM
+        _css = CSS
+        info = traitlets.Dict().tag(sync=True)  # model, stacks, sizes, colour scale
+        labels = traitlets.Dict().tag(sync=True)  # {"q": [...], "k": [...]} unique labels of the stack shown
+        overview = traitlets.Dict().tag(sync=True)
+        view = traitlets.Dict().tag(sync=True)  # what the page asks for: stack, layer, head, focus, direction, …
+        detail = traitlets.Dict().tag(sync=True)
+        focus = traitlets.Dict().tag(sync=True)
+        links = traitlets.Dict().tag(sync=True)
+        error = traitlets.Unicode("").tag(sync=True)
+
+        def __init__(self, trace, layer: int = 0, head: int | None = 0, stack: str | None = None):
+            if not isinstance(trace, (AttentionTrace, Seq2SeqTrace)):
+                raise TypeError(f"show() takes a trace (attnviz.trace(...) or attnviz.from_attentions(...)), "
+                                f"not {type(trace).__name__}")
+            self.trace, self._views, self._shown, self._refused = trace, {}, {}, []
+            names = stack_names(trace)
+            super().__init__()
+            with self.hold_sync():
+                self.info = dict(model=trace.model, stacks=names, lut=lut().ravel().tolist(), mask=MASK_COLOUR,
+                                 window_max=WINDOW_MAX)
+                self.view = dict(stack=stack or names[0], layer=layer, head=head)
+            if self.error:  # a call from code is told at once
+                raise ValueError(self.error)
+
+        def _view(self, name: str) -> View:
+            if name not in self._views:
+                self._views[name] = View(self.trace, name)
+            return self._views[name]
+
+        def _checked(self, asked: dict) -> dict:
+            """(``asked`` completed and checked against the trace, what was refused in words): a value out of range
+            keeps the one shown."""
+            names = self.info["stacks"]
+            stack = asked.get("stack") if asked.get("stack") in names else names[0]
+            v = self._view(stack)
+            old = self._shown if self._shown.get("stack") == stack else {}
+            refused = []
+
+            def pick(key, default, count, none_ok=False):
+                value, kept = asked.get(key, old.get(key, default)), old.get(key, default)
+                if value is None and none_ok:
+                    return None
+                if isinstance(value, (int, float)) and value == int(value) and 0 <= value < count:
+                    return int(value)
+                refused.append(f"{key} {value!r} is out of range (0–{count - 1})")
+                return kept
+
+            layer = pick("layer", 0, v.L)
+            head = pick("head", 0, v.H, none_ok=True)
+            direction = asked.get("direction", old.get("direction", "to"))
+            direction = direction if direction in ("to", "from") else "to"
+            count = v.Tq if direction == "to" else v.Tk
+            focus = pick("focus", min(1, count - 1), count)
+            size = max(1, min(v.Tq, pick("size", min(64, v.Tq), WINDOW_MAX + 1)))
+            start = min(pick("start", 0, v.Tq), max(0, v.Tq - size))
+            query = pick("query", max(0, v.Tq - 2), v.Tq)
+            key = pick("key", min(1, v.Tk - 1), v.Tk)
+            return dict(stack=stack, layer=layer, head=head, direction=direction, focus=focus, start=start, size=size,
+                        query=query, key=key), refused
+
+        @traitlets.observe("view")
+        def _on_view(self, change) -> None:
+            """Compute what the view asks for that is not on screen yet; nothing else."""
+            new, refused = self._checked(change["new"])
+            if new != change["new"]:
+                self._refused = refused
+                self.view = new  # sends the corrected view back; this observer runs again with it
+                return
+            refused, self._refused = self._refused or refused, []
+            self.error = "; ".join(refused)
+            old, self._shown = self._shown, new
+            v = self._view(new["stack"])
+            same = lambda *keys: all(old.get(k) == new[k] for k in keys)  # noqa: E731
+            try:
+                with self.hold_sync():
+                    if not same("stack"):
+                        self.labels = dict(q=v.q_labels, k=v.k_labels)
+                        self.info = self.info | dict(long=v.long, L=v.L, H=v.H, Tq=v.Tq, Tk=v.Tk, causal=v.causal,
+                                                     stack=v.name)
+                        self.overview = v.overview()
+                    if not same("stack", "layer", "head", "start", "size"):
+                        self.detail = v.detail(new["layer"], new["head"], (new["start"], new["start"] + new["size"]))
+                    if not same("stack", "layer", "head", "focus", "direction"):
+                        self.focus = v.focus(new["layer"], new["head"], new["focus"], new["direction"])
+                    if not same("stack", "query", "key"):
+                        self.links = v.links(new["query"], new["key"])
+            except ValueError as e:  # a trace refusing what was asked says why, in words
+                self.error = str(e)
+
+        def _repr_mimebundle_(self, **kwargs):
+            """The widget where a kernel renders it, and static PNGs beside it for a notebook read without one."""
+            bundle = super()._repr_mimebundle_(**kwargs)
+            data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+            v = self._shown
+            static = static_bundle(self.trace, v.get("layer", 0), v.get("head", 0), v.get("stack"))
+            return {**static, **data}, meta
+
+        def state_bytes(self) -> int:
+            """Bytes of the whole state the widget sends to a page (JSON and binary buffers, its script included)."""
+            from ipywidgets.widgets.widget import _remove_buffers
+
+            state, _, buffers = _remove_buffers(self.get_state())
+            return len(json.dumps(state)) + sum(len(b) for b in buffers)
+
+    return Explorer
+
+
+def explorer(trace, layer: int = 0, head: int | None = 0, stack: str | None = None):
+    """The explorer widget of ``trace`` (shown when it is a cell's last value); ``head`` None: the layer's mean."""
+    return explorer_class()(trace, layer, head, stack)
+
+
+def _display(widget) -> None:
+    from IPython.display import display
+
+    display(widget)
+
+
+def show(trace, layer: int = 0, head: int | None = 0, stack: str | None = None) -> None:
+    """Display the explorer of ``trace`` in the notebook cell."""
+    _display(explorer(trace, layer, head, stack))
+
+
+def _bertviz(attention, tokens, layer, heads, html_action, **stacks_):
+    trace = from_attentions(attention, tokens, **stacks_)
+    widget = explorer(trace, layer or 0, heads[0] if heads else 0)
+    if html_action == "return":
+        return widget
+    if html_action != "view":
+        raise ValueError(f"html_action must be 'view' or 'return', not {html_action!r}")
+    _display(widget)
+    return None
+
+
+def head_view(attention=None, tokens=None, sentence_b_start=None, prettify_tokens=True, layer=None, heads=None,
+              encoder_attention=None, decoder_attention=None, cross_attention=None, encoder_tokens=None,
+              decoder_tokens=None, include_layers=None, html_action="view"):
+    """bertviz's ``head_view``: the explorer of ``outputs.attentions`` and its tokens, opened on ``layer``.
+
+    ``sentence_b_start``, ``prettify_tokens`` and ``include_layers`` are accepted and not needed: every layer is
+    shown, tokens are always cleaned. ``html_action="return"`` returns the widget instead of displaying it.
+    """
+    return _bertviz(attention, tokens, layer, heads, html_action, encoder_attention=encoder_attention,
+                    decoder_attention=decoder_attention, cross_attention=cross_attention,
+                    encoder_tokens=encoder_tokens, decoder_tokens=decoder_tokens)
+
+
+def model_view(attention=None, tokens=None, sentence_b_start=None, prettify_tokens=True, display_mode="dark",
+               encoder_attention=None, decoder_attention=None, cross_attention=None, encoder_tokens=None,
+               decoder_tokens=None, include_layers=None, include_heads=None, html_action="view"):
+    """bertviz's ``model_view``: the same explorer, every layer × head in its overview."""
+    return _bertviz(attention, tokens, None, None, html_action, encoder_attention=encoder_attention,
+                    decoder_attention=decoder_attention, cross_attention=cross_attention,
+                    encoder_tokens=encoder_tokens, decoder_tokens=decoder_tokens)
+
+
+def _trace_bundle(trace):
+    """A trace's own display in a notebook: the explorer (static PNGs where anywidget is missing)."""
+    try:
+        data, meta = explorer(trace)._repr_mimebundle_()
+    except ImportError:
+        data, meta = static_bundle(trace), {}
+    return {**data, "text/plain": repr(trace)}, meta  # a console, or a frontend that shows text only: the trace's summary
+
+
+def register() -> None:
+    """Let a trace display itself as the explorer in a running IPython kernel (a no-op anywhere else)."""
+    import sys
+
+    if "IPython" not in sys.modules:
+        return
+    ip = sys.modules["IPython"].get_ipython()
+    if ip is None:
+        return
+    formatter = ip.display_formatter.mimebundle_formatter
+    for cls in (AttentionTrace, Seq2SeqTrace):
+        formatter.for_type(cls, _trace_bundle)
+
+
+ESM = r"""
+const SVG_NS = "http://www.w3.org/2000/svg";
+function el(tag, attrs = {}, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v; else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids) e.append(k);
+  return e;
+}
+function floats(buf) {
+  if (!buf) return new Float32Array(0);
+  const b = buf.buffer ? buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength) : buf;
+  return new Float32Array(b);
+}
+const fmt = (x) => (x >= 0.001 || x === 0 ? x.toPrecision(3) : x.toExponential(2));
+
+// A heatmap of rows × cols weights on a canvas, colours from 0 to top on the app's scale; cells hidden by a
+// causal mask grey. hover(r, c) and click(r, c) get cell indices.
+function heatmap(canvas, w, rows, cols, top, lut, opts = {}) {
+  const cell = Math.max(1, Math.min(opts.cell || 14, Math.floor((opts.width || 560) / Math.max(cols, 1))));
+  const img = new ImageData(cols, rows);
+  const grey = opts.mask || [217, 217, 217];
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) {
+    const i = r * cols + c, o = 4 * i;
+    if (opts.hidden && opts.hidden(r, c)) { img.data.set(grey, o); }
+    else { const l = Math.max(0, Math.min(255, Math.round(w[i] / top * 255))); img.data.set(lut.slice(3 * l, 3 * l + 3), o); }
+    img.data[o + 3] = 255;
+  }
+  canvas.width = cols; canvas.height = rows;
+  canvas.getContext("2d").putImageData(img, 0, 0);
+  canvas.style.width = `${cols * cell}px`; canvas.style.height = `${rows * (opts.rowCell || cell)}px`;
+  const at = (ev) => {
+    const b = canvas.getBoundingClientRect();
+    return [Math.floor((ev.clientY - b.top) / b.height * rows), Math.floor((ev.clientX - b.left) / b.width * cols)];
+  };
+  canvas.onmousemove = (ev) => { const [r, c] = at(ev); if (r >= 0 && r < rows && c >= 0 && c < cols && opts.hover) opts.hover(r, c); };
+  canvas.onclick = (ev) => { const [r, c] = at(ev); if (r >= 0 && r < rows && c >= 0 && c < cols && opts.click) opts.click(r, c); };
+}
+
+function labelled(canvas, qLabels, kLabels, cell) {
+  // Token labels beside and above a heatmap when its cells are tall enough to read them.
+  const wrap = el("div", { class: "av-grid" });
+  if (cell >= 9 && qLabels.length <= 160) {
+    const top = el("div", { class: "av-klabels", style: `margin-left:var(--av-left);height:auto` });
+    kLabels.forEach((t) => top.append(el("span", { style: `width:${cell}px` }, t)));
+    const left = el("div", { class: "av-qlabels" });
+    qLabels.forEach((t) => left.append(el("span", { style: `height:${cell}px;line-height:${cell}px` }, t)));
+    const row = el("div", { class: "av-row" }, left, canvas);
+    wrap.append(top, row);
+    requestAnimationFrame(() => wrap.style.setProperty("--av-left", `${left.offsetWidth}px`));
+  } else wrap.append(canvas);
+  return wrap;
+}
+
+function render({ model, el: root }) {
+  root.classList.add("attnviz");
+  const get = (k) => model.get(k);
+  const ask = (change) => { model.set("view", { ...get("view"), ...change }); model.save_changes(); };
+  const title = el("div", { class: "av-title" });
+  const error = el("div", { class: "av-error" });
+  const controls = el("div", { class: "av-controls" });
+  const overview = el("div", { class: "av-overview" });
+  const detail = el("div", { class: "av-detail" });
+  const focus = el("div", { class: "av-focus" });
+  const links = el("div", { class: "av-links" });
+  const readout = el("div", { class: "av-readout" }, "\u00a0");
+  root.append(title, error, controls, overview, el("div", { class: "av-cols" }, detail, focus), links, readout);
+  const lut = () => Uint8Array.from(get("info").lut);
+  const mask = () => { const m = get("info").mask; return [1, 3, 5].map((i) => parseInt(m.slice(i, i + 2), 16)); };
+
+  function select(options, value, onchange, cls) {
+    const s = el("select", { class: cls, onchange: (e) => onchange(e.target.value) });
+    options.forEach(([v, t]) => { const o = el("option", { value: String(v) }, t); if (String(v) === String(value)) o.selected = true; s.append(o); });
+    return s;
+  }
+  function tokenPicker(labels, value, onchange, cls) {
+    if (labels.length <= 512) return select(labels.map((t, i) => [i, `${i}: ${t}`]), value, (v) => onchange(+v), cls);
+    const n = el("input", { type: "number", min: 0, max: labels.length - 1, value, class: cls });
+    n.onchange = () => onchange(Math.max(0, Math.min(labels.length - 1, +n.value | 0)));
+    return n;
+  }
+
+  function drawControls() {
+    const info = get("info"), v = get("view"), L = info.L, H = info.H;
+    controls.replaceChildren();
+    if (info.stacks.length > 1)
+      controls.append(el("label", {}, "stack ", select(info.stacks.map((s) => [s, s]), v.stack, (s) => ask({ stack: s }), "av-stack")));
+    controls.append(el("label", {}, "layer ", select([...Array(L).keys()].map((l) => [l, l]), v.layer, (l) => ask({ layer: +l }), "av-layer")));
+    controls.append(el("label", {}, "head ", select([["mean", "mean"], ...[...Array(H).keys()].map((h) => [h, h])],
+      v.head === null ? "mean" : v.head, (h) => ask({ head: h === "mean" ? null : +h }), "av-head")));
+    if (info.long) {
+      const size = el("input", { type: "number", min: 1, max: info.window_max, value: v.size, class: "av-size" });
+      size.onchange = () => ask({ size: +size.value | 0 });
+      const start = el("input", { type: "number", min: 0, max: info.Tq - 1, value: v.start, class: "av-start" });
+      start.onchange = () => ask({ start: +start.value | 0 });
+      controls.append(el("label", {}, "window from ", start), el("label", {}, " size ", size));
+    }
+  }
+
+  function drawTitle() {
+    const info = get("info");
+    title.textContent = `attnviz · ${info.model || "attention"} · ${info.Tq.toLocaleString()} tokens` +
+      (info.stacks.length > 1 ? ` · ${info.stack}` : "");
+    error.textContent = get("error");
+  }
+
+  function drawOverview() {
+    const o = get("overview"), v = get("view"), info = get("info");
+    const img = el("img", { src: o.png, alt: o.title, class: "av-mosaic" });
+    const width = Math.min(900, Math.max(240, o.size[1] * 3));
+    img.style.width = `${width}px`; img.style.height = `${o.size[0] * width / o.size[1]}px`;
+    const headAt = (ev) => {
+      const b = img.getBoundingClientRect();
+      const x = (ev.clientX - b.left) / b.width * o.size[1], y = (ev.clientY - b.top) / b.height * o.size[0];
+      return [Math.min(info.L - 1, Math.floor(y / o.pitch[0])), Math.min(info.H - 1, Math.floor(x / o.pitch[1]))];
+    };
+    img.onclick = (ev) => { const [l, h] = headAt(ev); ask({ layer: l, head: h }); };
+    img.onmousemove = (ev) => { const [l, h] = headAt(ev); readout.textContent = `layer ${l}, head ${h} · click to open`; };
+    const box = el("div", { class: "av-box" });
+    const k = width / o.size[1];
+    const [pq, pk] = o.pitch;
+    if (v.head === null) Object.assign(box.style, { left: "0px", top: `${v.layer * pq * k}px`, width: `${width}px`, height: `${(pq - 1) * k}px` });
+    else Object.assign(box.style, { left: `${v.head * pk * k}px`, top: `${v.layer * pq * k}px`, width: `${(pk - 1) * k}px`, height: `${(pq - 1) * k}px` });
+    overview.replaceChildren(el("div", { class: "av-caption" }, o.title), el("div", { class: "av-mosaic-wrap" }, img, box));
+  }
+
+  function drawDetail() {
+    const d = get("detail"), info = get("info"), lab = get("labels"), v = get("view");
+    if (!d.rows) return;
+    const rows = d.rows[1] - d.rows[0], cols = d.cols[1] - d.cols[0];
+    const w = floats(d.weights);
+    const canvas = el("canvas", { class: "av-heatmap" });
+    const cell = Math.max(1, Math.min(14, Math.floor(520 / Math.max(cols, 1))));
+    const offset = info.Tk - info.Tq;
+    heatmap(canvas, w, rows, cols, d.top, lut(), {
+      width: 520, mask: mask(),
+      hidden: d.causal ? (r, c) => c + d.cols[0] > r + d.rows[0] + offset : null,
+      hover: (r, c) => { readout.textContent = `query ${r + d.rows[0]} “${lab.q[r + d.rows[0]]}” · key ${c + d.cols[0]} “${lab.k[c + d.cols[0]]}” · weight ${fmt(w[r * cols + c])}`; },
+      click: (r) => ask({ direction: "to", focus: r + d.rows[0] }),
+    });
+    const parts = [el("div", { class: "av-caption av-detail-title" }, d.title),
+      el("div", { class: "av-note" }, `dark = ${fmt(d.top)} or more (the head's own high quantile) · click a row to focus its token`),
+      labelled(canvas, lab.q.slice(d.rows[0], d.rows[1]), lab.k.slice(d.cols[0], d.cols[1]), cell)];
+    if (d.blocks) {
+      const b = d.blocks, bw = floats(b.weights), bc = el("canvas", { class: "av-blocks" });
+      heatmap(bc, bw, b.shape[0], b.shape[1], b.top, lut(), {
+        width: 360, cell: 3,
+        hover: (r, c) => { readout.textContent = `queries from ${r * b.block[0]} · keys from ${c * b.block[1]} · block max ${fmt(bw[r * b.shape[1] + c])}`; },
+        click: (r, c) => ask({ start: Math.min(r, c) * b.block[0] }),
+      });
+      parts.unshift(el("div", { class: "av-caption" }, b.title), bc);
+    }
+    detail.replaceChildren(...parts);
+  }
+
+  function drawFocus() {
+    const f = get("focus"), info = get("info"), lab = get("labels"), v = get("view");
+    if (!f.weights) return;
+    const along = f.direction === "to" ? lab.k : lab.q, own = f.direction === "to" ? lab.q : lab.k;
+    const w = floats(f.weights), every = floats(f.heads), n = along.length;
+    const bars = el("canvas", { class: "av-bars" });
+    const width = Math.max(n, Math.min(480, n * 14)), height = 120, ctx = bars.getContext("2d");
+    bars.width = width; bars.height = height;
+    const top = Math.max(...w, 1e-6);
+    ctx.fillStyle = "#2171b5";
+    for (let i = 0; i < n; i++) { const h = w[i] / top * (height - 4); ctx.fillRect(i * width / n, height - h, Math.max(1, width / n - 1), h); }
+    bars.onmousemove = (ev) => { const b = bars.getBoundingClientRect(); const i = Math.floor((ev.clientX - b.left) / b.width * n);
+      if (i >= 0 && i < n) readout.textContent = `${f.direction === "to" ? "key" : "query"} ${i} “${along[i]}” · weight ${fmt(w[i])}`; };
+    const grid = el("canvas", { class: "av-focus-heads" });
+    heatmap(grid, every, info.H, n, f.top, lut(), { width: 480, rowCell: 10,
+      hover: (h, i) => { readout.textContent = `head ${h} · ${along[i]} · weight ${fmt(every[h * n + i])}`; },
+      click: (h) => ask({ head: h }) });
+    const dir = select([["to", "attends to"], ["from", "attended by"]], f.direction, (d) => ask({ direction: d }), "av-direction");
+    focus.replaceChildren(el("div", { class: "av-sub" }, "Token focus"),
+      el("label", {}, "the token ", dir, " ", tokenPicker(own, f.index, (i) => ask({ focus: i }), "av-token")),
+      el("div", { class: "av-caption av-focus-title" }, f.title), bars,
+      el("div", { class: "av-caption" }, f.heads_title), grid);
+  }
+
+  function drawLinks() {
+    const k = get("links"), info = get("info"), lab = get("labels");
+    if (!k.weights) return;
+    const w = floats(k.weights), canvas = el("canvas", { class: "av-link-grid" });
+    heatmap(canvas, w, info.L, info.H, k.top, lut(), { width: 360, cell: 24,
+      hover: (l, h) => { readout.textContent = `layer ${l}, head ${h} · weight ${fmt(w[l * info.H + h])} · click to open`; },
+      click: (l, h) => ask({ layer: l, head: h }) });
+    links.replaceChildren(el("div", { class: "av-sub" }, "Which heads link two tokens?"),
+      el("label", {}, "query ", tokenPicker(lab.q, k.query, (i) => ask({ query: i }), "av-query")),
+      el("label", {}, " key ", tokenPicker(lab.k, k.key, (i) => ask({ key: i }), "av-key")),
+      el("div", { class: "av-caption av-links-title" }, k.title), el("div", { class: "av-note" }, k.note), canvas);
+  }
+
+  const all = () => { drawTitle(); drawControls(); drawOverview(); drawDetail(); drawFocus(); drawLinks(); };
+  all();
+  model.on("change:info", all);
+  model.on("change:view", () => { drawControls(); drawOverview(); });
+  model.on("change:overview", drawOverview);
+  model.on("change:detail", drawDetail);
+  model.on("change:focus", drawFocus);
+  model.on("change:links", drawLinks);
+  model.on("change:error", drawTitle);
+}
+export default { render };
+"""
+
+CSS = """
+.attnviz { font: 13px/1.4 system-ui, sans-serif; color: #222; }
+.attnviz .av-title { font-weight: 600; margin-bottom: 4px; }
+.attnviz .av-error { color: #b00020; }
+.attnviz .av-controls label { margin-right: 10px; }
+.attnviz .av-caption { margin: 6px 0 2px; font-weight: 500; }
+.attnviz .av-note { color: #777; font-size: 12px; }
+.attnviz .av-sub { font-weight: 600; font-size: 14px; margin-top: 10px; }
+.attnviz .av-mosaic-wrap { position: relative; display: inline-block; }
+.attnviz .av-mosaic, .attnviz canvas { image-rendering: pixelated; cursor: pointer; display: block; }
+.attnviz .av-box { position: absolute; outline: 2px solid #d62728; pointer-events: none; }
+.attnviz .av-cols { display: flex; flex-wrap: wrap; gap: 24px; }
+.attnviz .av-row { display: flex; }
+.attnviz .av-qlabels span { display: block; text-align: right; padding-right: 4px; font-size: 11px; white-space: nowrap; }
+.attnviz .av-klabels { display: flex; align-items: flex-end; }
+.attnviz .av-klabels span { writing-mode: vertical-rl; transform: rotate(180deg); font-size: 11px; white-space: nowrap;
+  text-align: left; overflow: hidden; max-height: 90px; }
+.attnviz .av-readout { color: #444; min-height: 1.4em; margin-top: 6px; font-variant-numeric: tabular-nums; }
+"""

