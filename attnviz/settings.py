@@ -117,3 +117,19 @@ def max_jobs() -> int:
 def max_train_steps() -> int:
     """ATTNVIZ_MAX_TRAIN_STEPS: the most training steps one session may run, all its trainings together."""
     return int(_number("ATTNVIZ_MAX_TRAIN_STEPS", 2000))
+
+
+def heavy_tokens() -> int:
+    """ATTNVIZ_HEAVY_TOKENS: a forward over more tokens than this is a heavy job (it waits for a slot of the one line)."""
+    return int(_number("ATTNVIZ_HEAVY_TOKENS", 2048))
+
+
+def max_trace_mb() -> float:
+    """ATTNVIZ_MAX_TRACE_MB: memory for traces, all sessions together: what running heavy jobs will hold plus the
+    long traces kept. A job starts only while it fits; one that cannot fit alone is refused."""
+    return _number("ATTNVIZ_MAX_TRACE_MB", 6144)
+
+
+def gc_every_s() -> float:
+    """ATTNVIZ_GC_EVERY_S: how often the app collects cyclic garbage (a finished page run's variables)."""
+    return _number("ATTNVIZ_GC_EVERY_S", 10)

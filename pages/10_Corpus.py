@@ -13,6 +13,7 @@ from attnviz.analysis.heads import STATS
 from attnviz.data import CORPUS
 from attnviz.figures.analysis import head_map
 from attnviz.ui.frame import frame, plain
+from attnviz.ui.heads import open_text
 from attnviz.ui.share import allowed_models, code
 
 f = frame("Corpus")
@@ -25,9 +26,6 @@ st.caption("Run every text of a file through the model and see what each head do
 WORK = Path(os.environ.get("ATTNVIZ_CORPUS_WORK") or Path(tempfile.gettempdir()) / "attnviz-corpus")
 CORPUS_DIR = os.environ.get("ATTNVIZ_CORPUS_DIR")  # where the operator allows reading files by path
 LABELS = {**{k: s.label for k, s in STATS.items()}, **{k: f"share on {v}" for k, v in cp.CATEGORIES.items()}}
-
-if st.session_state.pop("corpus_open", False):
-    st.switch_page("pages/1_Attention.py", query_params={})
 
 
 def source() -> Path | None:
@@ -57,12 +55,6 @@ def source() -> Path | None:
         st.error(f"Only files under {code(CORPUS_DIR)} can be read.")
         return None
     return path
-
-
-def open_text(text: str, layer: int, head: int) -> None:
-    """A top text's button: open it on the Attention page at this head."""
-    st.session_state.update(text=text, layer=layer, head=head, corpus_open=True)
-    st.session_state.setdefault("shared_values", {}).update(text=text, layer=layer, head=head)
 
 
 def show(stats: cp.CorpusStats, name: str, what: str, where) -> None:
@@ -120,8 +112,8 @@ except ValueError as e:
 out = WORK / f"{cp.digest(f'{path.resolve()}|{f.key}|{column}|{limit}'.encode())}.parquet"
 c1, c2 = st.columns(2)
 name = c1.selectbox("Statistic", list(LABELS), format_func=LABELS.get, key="corpus_stat")
-what = c2.selectbox("Over texts", ["mean", "p10", "p25", "p50", "p75", "p90"], key="corpus_what",
-                    format_func=lambda w: w if w == "mean" else f"{w[1:]}th percentile")
+OVER = {"mean": "mean", **{f"p{q}": f"{q}th percentile" for q in (10, 25, 50, 75, 90)}}
+what = c2.selectbox("Over texts", list(OVER), key="corpus_what", format_func=OVER.get)
 results = st.empty()
 before = 0
 if cp.shard_dir(out).is_dir() and any(cp.shard_dir(out).glob("shard-*.npz")):
