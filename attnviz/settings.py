@@ -109,8 +109,8 @@ def max_views_mb() -> float:
 
 
 def max_jobs() -> int:
-    """ATTNVIZ_MAX_JOBS: how many heavy jobs (training, head ablation, attention flow) run at once, all sessions
-    together; the rest wait in line, each visitor told their place."""
+    """ATTNVIZ_MAX_JOBS: how many heavy jobs (long forwards, generation, training, ablation, flow) run at once, all
+    sessions together; the rest wait in line, each visitor told their place."""
     return int(_number("ATTNVIZ_MAX_JOBS", 2))
 
 

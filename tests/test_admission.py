@@ -181,3 +181,47 @@ def test_tabs_keep_no_traces_and_memory_and_threads_come_back(server, capsys):
     assert open_mb < base + bound, (base, open_mb)
     assert after < base + 150, (base, after)
     assert threads_after <= threads_before + 3, (threads_before, threads_open, threads_after)
+
+
+def test_a_survey_keeps_its_trace_when_other_sessions_evict_it(monkeypatch):
+    """The page holds its trace mid-run; two other documents push it out of the kept two: its survey still comes."""
+    from attnviz.ui import long
+
+    monkeypatch.setenv("ATTNVIZ_HEAVY_TOKENS", "100000")  # outside a script run: no line to wait in
+    long._LONG.clear()
+    stack = long.long_trace("builtin:seed", document(1, 120), 4096).stack(None)
+    for i in (2, 3):
+        long.long_trace("builtin:seed", document(i, 60), 4096)
+    assert all(e.trace.stack(None).weights is not stack.weights for e in long._LONG.values())  # evicted
+    s = long.cached_survey(stack, 8)
+    L, H, T = *stack.weights.shape[:2], stack.queries.n_tokens
+    assert s.received.shape == (L, H, T)
+    assert abs(s.received[0, 0].sum() - T) < 1e-3  # every query row gives away a weight of 1 in all
+    again = long.long_trace("builtin:seed", document(1, 120), 4096)
+    assert again.stack(None).weights is stack.weights  # found again, not redone
+    long._LONG.clear()
+
+
+@pytest.mark.parametrize("page", ["pages/9_Long_text.py", "pages/7_Roles.py", "pages/4_Analysis.py"])
+def test_a_session_keeps_no_trace_once_the_caches_let_go(page):
+    """Callbacks, fragments and results in session state held the page's trace; now only the shared caches do."""
+    import gc
+
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from attnviz.traces import AttentionTrace
+    from attnviz.ui import derived, long
+
+    at = AppTest.from_file("../app.py", default_timeout=300)
+    at.switch_page(page)
+    at.run()
+    for i in range(2):
+        at.text_area(key="text").set_value(document(300 + i, 40)).run()
+        assert not at.exception, at.exception
+    st.cache_resource.clear()
+    derived.clear()
+    long._LONG.clear()
+    gc.collect()
+    alive = [o for o in gc.get_objects() if isinstance(o, AttentionTrace)]
+    assert at.session_state["text"] and not alive, len(alive)  # the session is still open
