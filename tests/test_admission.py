@@ -216,12 +216,45 @@ def test_a_session_keeps_no_trace_once_the_caches_let_go(page):
     at = AppTest.from_file("../app.py", default_timeout=300)
     at.switch_page(page)
     at.run()
-    for i in range(2):
-        at.text_area(key="text").set_value(document(300 + i, 40)).run()
+    texts = [document(300 + i, 40) for i in range(2)]
+    for text in texts:
+        at.text_area(key="text").set_value(text).run()
         assert not at.exception, at.exception
     st.cache_resource.clear()
     derived.clear()
     long._LONG.clear()
     gc.collect()
-    alive = [o for o in gc.get_objects() if isinstance(o, AttentionTrace)]
+    alive = [o for o in gc.get_objects() if isinstance(o, AttentionTrace) and o.text in texts]
     assert at.session_state["text"] and not alive, len(alive)  # the session is still open
+
+
+def test_a_closed_tab_stops_its_long_forward_at_the_next_tile(server):
+    from test_jobs import cpu_seconds
+
+    proc, url, log = server
+    tabs = ExitStack()
+    tab = Tab(url, tabs)
+    msg = BackMsg()
+    msg.rerun_script.query_string = urlencode(long_params(400, 2000))  # ~2,000 tokens (~141 MB): seconds of forward
+    msg.rerun_script.page_name = "Long_text"
+    tab.ws.send(msg.SerializeToString())
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the forward's progress bar shows: it is running
+        fwd = ForwardMsg()
+        fwd.ParseFromString(tab.ws.recv(timeout=120))
+        assert fwd.WhichOneof("type") != "script_finished" or fwd.script_finished == ForwardMsg.FINISHED_EARLY_FOR_RERUN
+        if fwd.WhichOneof("type") == "delta" and fwd.delta.WhichOneof("type") == "new_element" \
+                and fwd.delta.new_element.WhichOneof("type") == "progress":
+            break
+    else:
+        raise AssertionError("no progress bar")
+    busy_from = cpu_seconds(proc.pid)
+    time.sleep(1)
+    busy = cpu_seconds(proc.pid) - busy_from
+    tabs.close()
+    time.sleep(2)  # the forward stops at its next tile
+    idle_from = cpu_seconds(proc.pid)
+    time.sleep(3)
+    idle = (cpu_seconds(proc.pid) - idle_from) / 3
+    assert busy > 0.5, busy  # the measurement sees the forward
+    assert idle < 0.3, idle  # and nothing runs once the tab is gone
