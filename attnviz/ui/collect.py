@@ -3,7 +3,8 @@
 .streamlit/config.toml turns off Streamlit's full collection after every run (with torch loaded it held the GIL
 ~160 ms a rerun), but a finished page run's variables, its trace among them, form a cycle (the page's functions
 hold its globals) that only a full collection frees: Python's own waits for many more objects than a trace has.
-The objects alive when collection starts (the libraries, the models) are frozen out of it, so each pass is short.
+The objects alive when collection starts (the libraries, the models) are frozen out of it, so each pass is short
+(with torch, transformers and a model loaded, ~269,000 objects: a full collection 137 ms before, under 1 ms after).
 
 Freed memory goes back to the system too: glibc's malloc raises its threshold for giving large blocks their own
 mapping each time one is freed, after which a freed trace stays in the heap (one 700-token long text left
