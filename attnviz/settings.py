@@ -109,8 +109,8 @@ def max_views_mb() -> float:
 
 
 def max_jobs() -> int:
-    """ATTNVIZ_MAX_JOBS: how many heavy jobs (training, head ablation, attention flow) run at once, all sessions
-    together; the rest wait in line, each visitor told their place."""
+    """ATTNVIZ_MAX_JOBS: how many heavy jobs (long forwards, generation, training, ablation, flow) run at once, all
+    sessions together; the rest wait in line, each visitor told their place."""
     return int(_number("ATTNVIZ_MAX_JOBS", 2))
 
 
@@ -146,3 +146,19 @@ def shard_write_pause() -> float:
     """ATTNVIZ_TEST_SHARD_PAUSE: seconds a corpus shard's write waits half-written (tests kill it there); 0: none."""
     raw = os.environ.get("ATTNVIZ_TEST_SHARD_PAUSE", "").strip()
     return _number("ATTNVIZ_TEST_SHARD_PAUSE", 0) if raw else 0.0
+
+
+def heavy_tokens() -> int:
+    """ATTNVIZ_HEAVY_TOKENS: a forward over more tokens than this is a heavy job (it waits for a slot of the one line)."""
+    return int(_number("ATTNVIZ_HEAVY_TOKENS", 2048))
+
+
+def max_trace_mb() -> float:
+    """ATTNVIZ_MAX_TRACE_MB: memory for traces, all sessions together: what running heavy jobs will hold plus the
+    long traces kept. A job starts only while it fits; one that cannot fit alone is refused."""
+    return _number("ATTNVIZ_MAX_TRACE_MB", 6144)
+
+
+def gc_every_s() -> float:
+    """ATTNVIZ_GC_EVERY_S: how often the app collects cyclic garbage (a finished page run's variables)."""
+    return _number("ATTNVIZ_GC_EVERY_S", 10)

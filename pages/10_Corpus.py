@@ -14,6 +14,7 @@ from attnviz.figures.analysis import head_map
 from attnviz.ui import corpus as files
 from attnviz.ui import jobs
 from attnviz.ui.frame import frame, max_tokens, plain
+from attnviz.ui.heads import open_text
 from attnviz.ui.share import code, locked
 
 f = frame("Corpus")
@@ -26,9 +27,6 @@ LABELS = {**{k: s.label for k, s in STATS.items()}, **{k: f"share on {v}" for k,
 OVER = {"mean": "mean", **{f"p{q}": f"{q}th percentile" for q in (10, 25, 50, 75, 90)}}
 TEXT_BYTES = 256 * 2**20  # the most text one file may hold once decoded (a Parquet file's own metadata first)
 LOCKED = locked()  # a public demo or an operator's model list: visitors choose no path and no cluster
-
-if st.session_state.pop("corpus_open", False):
-    st.switch_page("pages/1_Attention.py", query_params={})
 
 
 def source():
@@ -54,12 +52,6 @@ def source():
         st.error(f"Only files under {code(folder)} can be read.")
         return None
     return path, typed, None
-
-
-def open_text(text: str, layer: int, head: int) -> None:
-    """A top text's button: open it on the Attention page at this head."""
-    st.session_state.update(text=text, layer=layer, head=head, corpus_open=True)
-    st.session_state.setdefault("shared_values", {}).update(text=text, layer=layer, head=head)
 
 
 def headers(columns) -> dict:

@@ -10,7 +10,7 @@ from attnviz.figures.analysis import DIVERGING, head_map, relevance_html, releva
 from attnviz.budget import check_forwards
 from attnviz.settings import max_flows, max_forwards
 from attnviz.tokens import labels
-from attnviz.ui.derived import derived
+from attnviz.ui.derived import derived, held
 from attnviz.ui.frame import frame, max_tokens
 from attnviz.ui.heads import head_chart
 from attnviz.ui.jobs import slot
@@ -35,7 +35,8 @@ names = labels(trace.tokens)
 L, H, T = trace.n_layers, trace.n_heads, trace.n_tokens
 
 st.header("What each head does")
-stat = st.selectbox("Statistic", list(STATS), format_func=lambda k: STATS[k].label, key="stat", bind="query-params")
+stat = st.selectbox("Statistic", list(STATS), format_func={k: s.label for k, s in STATS.items()}.get, key="stat",
+                    bind="query-params")
 stats = kept("stats", trace, None, lambda: head_stats(trace))
 head_chart(head_map(stats[stat], f"{STATS[stat].label} · click a head to open it", stat_range(stat, T),
                     value_name=STATS[stat].label), "stat_map", H)
@@ -88,7 +89,7 @@ except ValueError as e:
             "DistilBERT-, GPT-2- and Llama-style encoders and causal LMs.")
 else:
     st.markdown(f"Importance of a head = **{MEASURES[measure]}**.")
-    done = st.session_state.get("ablation")
+    done = held(f.trace, "ablation")  # the shared views keep the scores, not this session
     try:
         check_forwards(L * H + 1, "Head importance by ablation")
     except ValueError as e:  # refused before the button is offered: the operator's budget of forward passes
@@ -99,7 +100,7 @@ else:
             scores, _ = head_importance(
                 f.model, f.text, lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"), max_tokens())
         bar.empty()
-        done = st.session_state["ablation"] = (f.trace, scores)
-    if done and done[0] is f.trace:
-        head_chart(head_map(done[1], "importance · click a head to open it", colorscale=DIVERGING,
+        done = derived(f.trace, "ablation", lambda: scores)
+    if done is not None:
+        head_chart(head_map(done, "importance · click a head to open it", colorscale=DIVERGING,
                             value_name="importance"), "importance_map", H)

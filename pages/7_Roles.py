@@ -1,13 +1,13 @@
 """Head roles: every head named by what it does, on the text and on the standard repeated-token probe."""
 
-from functools import partial
-
 import streamlit as st
 
 from attnviz.analysis.roles import CAUSAL_NOTE, PROBE, ROLES, probe_trace, role_scores, role_table
 from attnviz.export import file_stem
 from attnviz.figures.roles import role_grid
+from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame, plain
+from attnviz.ui.heads import cell_chart
 
 f = frame("Roles")
 st.title("Head roles")
@@ -17,23 +17,11 @@ st.markdown(
     "role; hover for every score, click a head to open it on the Attention page."
 )
 
-if st.session_state.pop("open_head", False):
-    st.switch_page("pages/1_Attention.py", query_params={})
-
-
-def open_head(chart_key: str) -> None:
-    points = st.session_state[chart_key].selection.points
-    if points and {"x", "y"} <= points[0].keys():  # the cell's coordinates (customdata arrives as a dict)
-        st.session_state["layer"], st.session_state["head"] = int(points[0]["y"]), int(points[0]["x"])
-        st.session_state["open_head"] = True
-
 
 def kept(name: str, owner, compute):
-    """``compute()`` kept for this session until ``owner`` (a trace or a model) changes."""
-    store = st.session_state.setdefault("roles", {})
-    if name not in store or store[name][0] is not owner:
-        store[name] = (owner, compute())
-    return store[name][1]
+    """``compute()`` for ``owner`` (a trace or a model), from the views all sessions share: a session keeps no
+    trace of its own."""
+    return derived(owner, ("roles", name), compute)
 
 
 trace, stack = f.trace, None
@@ -64,8 +52,7 @@ if not causal:
 
 labels = {r: ROLES[r].label for r in ROLES if r in scores}
 where = "the standard probe" if scores is probe_scores else "your text"
-st.plotly_chart(role_grid(scores, labels, f"Strongest role of each head, on {where} · click a head to open it"),
-                key="role_grid", on_select=partial(open_head, "role_grid"), selection_mode="points")
+cell_chart(role_grid(scores, labels, f"Strongest role of each head, on {where} · click a head to open it"), "role_grid")
 
 with st.expander("What each role means"):
     st.markdown("\n".join(f"- **{role.label}**: {role.definition}. {role.reference}." for r, role in ROLES.items()

@@ -9,7 +9,9 @@ from attnviz.figures.attention import attention_heatmap
 from attnviz.figures.generate import NEW_COLOUR, mark_boundary, step_attention, top_tokens
 from attnviz.generation import MAX_NEW_TOKENS, Sampling
 from attnviz.tokens import clean, labels
+from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame, layer_head, plain
+from attnviz.ui.jobs import slot
 
 f = frame("Generate")
 st.title("Generate")
@@ -30,15 +32,18 @@ seed = c4.number_input("Seed", 0, 2**31 - 1, 0, key="gen_seed", bind="query-para
                        help="The same seed gives the same sample, so a link reproduces it.")
 
 sampling = Sampling(int(n_new), float(temperature), int(top_k), int(seed))
-store = st.session_state.setdefault("generation", {})
-if store.get("key") != (f.model, f.text, sampling):
-    try:
-        with st.spinner("Generating…"):
-            store.update(key=(f.model, f.text, sampling), result=f.model.generate(f.text, sampling))
-    except ValueError as e:
-        st.error(plain(str(e)))
-        st.stop()
-g = store["result"]
+
+
+def generate():
+    with slot("This generation"), st.spinner("Generating…"):
+        return f.model.generate(f.text, sampling)
+
+
+try:  # kept by the views all sessions share, under the model: a session keeps no trace of its own
+    g = derived(f.model, ("generate", f.text, sampling), generate)
+except ValueError as e:
+    st.error(plain(str(e)))
+    st.stop()
 t = g.trace
 if g.n_new == 0:
     st.warning("The model ended the text at once: it generated no token.")

@@ -3,7 +3,6 @@ across the document, attention sinks and distance profiles — up to ATTNVIZ_MAX
 
 from functools import partial
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
@@ -12,10 +11,9 @@ from attnviz.analysis import long
 from attnviz.figures import long as figs
 from attnviz.tokens import clean
 from attnviz.ui.frame import frame, layer_head
+from attnviz.ui.heads import head_chart
 from attnviz.ui.share import plain
-from attnviz.ui.long import DETAIL, cached_survey, long_trace, uploaded_text
-
-WINDOW_MAX = 256  # tokens a side of the exact window: 65,536 cells, ~0.35 MB of float32 in the page
+from attnviz.ui.long import cached_survey, detail, follow_point, follow_row, initial, long_trace, uploaded_text
 TOP_K = 10
 RANGE_LIMITS = {  # analyses that need every weight at once, with what they cost
     "Attention rollout and flow (Analysis page)": "multiply L dense T×T matrices (rollout is O(L·T³)); "
@@ -45,70 +43,12 @@ layer, head = layer_head(L, H, with_mean=True)
 name = f"layer {layer}, mean of {H} heads" if head is None else f"layer {layer}, head {head}"
 
 
-def open_head() -> None:
-    """Overview click: point i of the mosaic is head i, row by row."""
-    points = st.session_state["long_overview"].selection.points
-    if points and "point_index" in points[0]:
-        st.session_state["layer"], st.session_state["head"] = divmod(int(points[0]["point_index"]), H)
-
-
 st.subheader("Every head")
 mosaic = figs.head_mosaic(survey.pooled("overview", reduce), reduce, T, survey.block("overview"), (layer, head))
-st.plotly_chart(mosaic, key="long_overview", on_select=open_head, selection_mode="points")
-
-
-def initial(key: str, value: int) -> dict:
-    """A widget's default, unless a click or a box already set it (a default beside that makes Streamlit warn)."""
-    return {} if key in st.session_state else {"value": value}
-
-
-def zoom_to_box() -> None:
-    """A box dragged on the block map: the window becomes the tokens it spans (at most WINDOW_MAX)."""
-    boxes = st.session_state["long_blocks"].selection.box
-    if boxes:
-        (x0, x1), (y0, y1) = sorted(boxes[0]["x"]), sorted(boxes[0]["y"])
-        first = int(np.clip(min(x0, y0), 0, T - 1))
-        st.session_state["zoom_start"] = first
-        st.session_state["zoom_size"] = int(np.clip(np.ceil(max(x1, y1)) - first, 1, WINDOW_MAX))
-
-
-@st.fragment
-def detail() -> None:
-    """The block map and its exact window: a zoom (typed, or a box dragged on the map) reruns only this."""
-    c1, c2 = st.columns(2)
-    start = c1.number_input("Window from token", 0, T - 1, key="zoom_start", bind="query-params",
-                            **initial("zoom_start", 0))
-    size = c2.number_input("Window size", 1, WINDOW_MAX, key="zoom_size", bind="query-params",
-                           help=f"At most {WINDOW_MAX} tokens: every cell is drawn with its exact weight.",
-                           **initial("zoom_size", min(64, T)))
-    start, stop = int(start), min(T, int(start) + int(size))
-    blocks = (survey.layer_max[layer] if reduce == "max" else survey.pooled("detail", reduce)[layer].mean(0)) \
-        if head is None else survey.pooled("detail", reduce)[layer, head]  # (s, s)
-    left, right = st.columns(2)
-    left.plotly_chart(figs.blocks_heatmap(blocks, survey.starts["detail"], survey.block("detail"), T, name, reduce,
-                                          (start, stop)), key="long_blocks", on_select=zoom_to_box, selection_mode="box")
-    w = long.window(stack.weights, layer, head, start, stop)  # (n, n) exact
-    right.plotly_chart(figs.window_heatmap(w, start, tokens, name), key="long_window")
-    right.caption(f"These rows keep {w.sum(1).mean():.1%} of their weight inside the window on average; "
-                  "the rest goes to tokens outside it.")
-
+head_chart(mosaic, "long_overview", H, page=None)  # point i of the mosaic is head i, row by row
 
 st.subheader("Detail and zoom")
-detail()
-
-
-def follow_point() -> None:
-    """A point clicked on either line of the reach chart: its position becomes the token followed."""
-    points = st.session_state["long_reach"].selection.points
-    if points and "x" in points[0]:
-        st.session_state["token"] = int(points[0]["x"])
-
-
-def follow_row(key: str, positions: list[int]) -> None:
-    """A row picked in the table of strongest positions: its position becomes the token followed."""
-    rows = st.session_state[key].selection.rows
-    if rows:
-        st.session_state["token"] = positions[rows[0]]
+detail(f.key, f.text, cap, small, layer, head, reduce, name)
 
 
 st.subheader("A token's reach")

@@ -11,7 +11,6 @@ import threading
 import weakref
 from collections import OrderedDict
 
-import numpy as np
 
 from attnviz import settings
 
@@ -20,8 +19,8 @@ _items: OrderedDict = OrderedDict()  # (id(trace), what) -> (reference to the tr
 
 
 def nbytes(value) -> int:
-    """The bytes of the numpy arrays inside ``value`` (arrays, tuples, lists, dicts of them)."""
-    if isinstance(value, np.ndarray):
+    """The bytes of the arrays and traces inside ``value`` (anything with ``nbytes``; tuples, lists, dicts of them)."""
+    if isinstance(getattr(value, "nbytes", None), int):  # numpy and torch arrays, traces
         return value.nbytes
     if isinstance(value, dict):
         return sum(nbytes(v) for v in value.values())
@@ -59,6 +58,13 @@ def derived(trace, what, compute):
         while total > budget:
             total -= _items.popitem(last=False)[1][2]
     return value
+
+
+def held(trace, what):
+    """The view of ``trace`` described by ``what`` if the cache holds it, else None (nothing is computed)."""
+    with _lock:
+        hit = _items.get((id(trace), what))
+        return hit[1] if hit is not None and hit[0]() is trace else None
 
 
 def held_bytes() -> int:

@@ -16,7 +16,7 @@ from attnviz import settings
 from attnviz.backends import DEFAULT_MODEL, list_models, normalise, open_model
 from attnviz.backends.common import check_text
 from attnviz.samples import GENERAL, samples_for
-from attnviz.ui import heads, share
+from attnviz.ui import collect, heads, share
 from attnviz.ui.readable import unknown_note
 from attnviz.ui.share import plain
 
@@ -213,6 +213,7 @@ def frame(title: str, tracer=None, text_from=None) -> Frame:
     ``text_from(text) -> text`` may replace the text box's text (the Long text page's upload) before it is traced.
     """
     use_app_navigation()
+    collect.start()  # Streamlit's own collection is off (.streamlit/config.toml)
     st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
     css = LAYOUT_CSS + (STILL_CSS if tracer is not None else "")
     st.markdown(f"<style>{css}</style>", unsafe_allow_html=True)  # our own constants, no user text

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
+from contextlib import nullcontext
+from functools import partial
 from typing import NamedTuple
 
+import numpy as np
 import streamlit as st
 
-from attnviz.analysis.long import Reducer, Survey, survey, traced
+from attnviz import footprint, settings
+from attnviz.analysis.long import Reducer, Survey, block_size, survey, traced, window
 from attnviz.backends import normalise
 from attnviz.backends.common import MAX_CHARS
+from attnviz.figures import long as figs
+from attnviz.ui import jobs
+from attnviz.ui.derived import nbytes
+from attnviz.weights import TILE_FLOATS
 from attnviz.ui.frame import BAR_KEY, resolve
 from attnviz.ui.share import max_chars
 
@@ -55,6 +64,7 @@ class _Bar:
         self.last = time.perf_counter() - BAR_EVERY_S + BAR_AFTER_S  # the first draw comes BAR_AFTER_S in
 
     def __call__(self, fraction: float) -> None:
+        jobs.checkpoint()  # every tile: a closed tab or a rerun stops the work here
         now = time.perf_counter()
         if now - self.last < BAR_EVERY_S:
             return
@@ -70,17 +80,57 @@ class _Bar:
             self.bar.empty()
 
 
-class _Entry(NamedTuple):
-    model: object  # the backend that made the trace (a session's own model is not another session's)
-    trace: object
+class _Survey(NamedTuple):
     reducer: Reducer  # the survey read during the forward
     surveys: dict  # overview size -> Survey
 
+    @property
+    def nbytes(self) -> int:
+        return nbytes([vars(layer) for layer in self.reducer.layers]) + nbytes(self.surveys)
+
+
+def _job_mb(model, n: int) -> float:
+    """MB a long forward of ``n`` tokens and its page hold: the trace, its survey (pooled maps of DETAIL blocks a
+    side, what each key receives, the distance profile) twice (as read, and as the page's arrays) and one tile."""
+    L, H, nb = model.n_layers, model.n_heads, -(-n // block_size(n, DETAIL))
+    survey_bytes = L * (4 * (2 * H + 1) * nb * nb + 4 * H * n + 8 * H * (2 * n + 1))
+    return footprint.trace_mb(model, n) + (2 * survey_bytes + 4 * TILE_FLOATS) / 2**20
+
+
+class _Entry(NamedTuple):
+    model: object  # the backend that made the trace (a session's own model is not another session's)
+    trace: object
+    survey: _Survey
+
 
 # The last two long traces with their surveys, shared by every session, keyed by (model key, text, limit). Not
-# st.cache_resource: it records the progress bar's calls and cannot replay them in another session.
+# st.cache_resource: it records the progress bar's calls and cannot replay them in another session. Every long
+# trace still alive (kept here, or by a page still drawing it) counts against ATTNVIZ_MAX_TRACE_MB: the job line
+# drops the oldest kept one to make room for a job.
 _LONG: dict = {}
 _lock = threading.Lock()
+# A trace's survey, found by its weights for as long as anything holds them: a page mid-run keeps its survey
+# though other sessions push its trace out of _LONG.
+_SURVEYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Every long trace not yet freed, by (model key, text, limit, model): a trace pushed out of _LONG that a page still
+# draws is found again (a zoom's fragment rerun must not wait in line for room that its own trace takes).
+_LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _kept_mb() -> float:
+    with _lock:
+        return sum(t.nbytes + _SURVEYS[t.stack(None).weights].nbytes for t in list(_LIVE.values())) / 2**20
+
+
+def _evict() -> bool:
+    with _lock:
+        if not _LONG:
+            return False
+        _LONG.pop(next(iter(_LONG)))
+        return True
+
+
+jobs.keeper(_kept_mb, _evict)
 
 
 def long_trace(key: str, text: str, limit: int):
@@ -91,21 +141,37 @@ def long_trace(key: str, text: str, limit: int):
     with _lock:
         if k in _LONG and _LONG[k].model is model:
             return _LONG[k].trace
+        alive = _LIVE.get((*k, id(model)))
+        if alive is not None:
+            _keep(k, _Entry(model, alive, _SURVEYS[alive.stack(None).weights]))
+            return alive
+    n = footprint.n_tokens(model, text, limit)
+    heavy = n > settings.heavy_tokens()  # a short text runs at once, beside the line
     bar = _Bar("Running the model and reading all its heads…", "forward")
-    trace, reducer = traced(model, text, limit, DETAIL, bar)
+    with jobs.slot(f"This {n:,}-token text", _job_mb(model, n)) if heavy else nullcontext():
+        trace, reducer = traced(model, text, limit, DETAIL, bar)
     bar.done()
+    reducer.progress = None  # the bar is this run's: a shared survey must not keep it
+    paired = _Survey(reducer, {})
     with _lock:
-        _LONG[k] = _Entry(model, trace, reducer, {})
-        while len(_LONG) > 2:  # a 16,384-token builtin:seed trace holds ~1.5 GB
-            _LONG.pop(next(iter(_LONG)))
+        _LIVE[(*k, id(model))] = trace
+        _SURVEYS[trace.stack(None).weights] = paired
+        _keep(k, _Entry(model, trace, paired))
     return trace
+
+
+def _keep(k, entry: _Entry) -> None:
+    """Keep ``entry`` in _LONG (under _lock), dropping the oldest beyond two."""
+    _LONG[k] = entry
+    while len(_LONG) > 2:  # a 16,384-token builtin:seed trace holds ~1.5 GB
+        _LONG.pop(next(iter(_LONG)))
 
 
 def cached_survey(stack, overview: int) -> Survey:
     """The survey of ``stack`` (a long trace's self-attention): the one read during its forward, or, for a model
     whose attention the forward could not hand over (held eager), one pass over its weights with a progress bar."""
     with _lock:
-        entry = next((e for e in _LONG.values() if e.trace.stack(None).weights is stack.weights), None)
+        entry = _SURVEYS.get(stack.weights)
     if entry is None:
         raise ValueError("this trace was not made by long_trace")
     if overview not in entry.surveys:
@@ -117,3 +183,64 @@ def cached_survey(stack, overview: int) -> Survey:
             entry.surveys[overview] = survey(stack.weights, overview, DETAIL, progress=bar)
             bar.done()
     return entry.surveys[overview]
+
+
+WINDOW_MAX = 256  # tokens a side of the exact window: 65,536 cells, ~0.35 MB of float32 in the page
+
+
+def initial(key: str, value: int) -> dict:
+    """A widget's default, unless a click or a box already set it (a default beside that makes Streamlit warn)."""
+    return {} if key in st.session_state else {"value": value}
+
+
+# Callbacks and the fragment live here, not in the page: a function defined in a page keeps the page's variables
+# (its trace among them) alive in the session's state for as long as the widget lives.
+
+
+def zoom_to_box(n_tokens: int) -> None:
+    """A box dragged on the block map: the window becomes the tokens it spans (at most WINDOW_MAX)."""
+    boxes = st.session_state["long_blocks"].selection.box
+    if boxes:
+        (x0, x1), (y0, y1) = sorted(boxes[0]["x"]), sorted(boxes[0]["y"])
+        first = int(np.clip(min(x0, y0), 0, n_tokens - 1))
+        st.session_state["zoom_start"] = first
+        st.session_state["zoom_size"] = int(np.clip(np.ceil(max(x1, y1)) - first, 1, WINDOW_MAX))
+
+
+def follow_point() -> None:
+    """A point clicked on either line of the reach chart: its position becomes the token followed."""
+    points = st.session_state["long_reach"].selection.points
+    if points and "x" in points[0]:
+        st.session_state["token"] = int(points[0]["x"])
+
+
+def follow_row(key: str, positions: list[int]) -> None:
+    """A row picked in the table of strongest positions: its position becomes the token followed."""
+    rows = st.session_state[key].selection.rows
+    if rows:
+        st.session_state["token"] = positions[rows[0]]
+
+
+@st.fragment
+def detail(key: str, text: str, cap: int, overview: int, layer: int, head: int | None, reduce: str, name: str) -> None:
+    """The block map and its exact window: a zoom (typed, or a box dragged on the map) reruns only this. It takes
+    keys, not the trace: a fragment lives in the session's state."""
+    stack = long_trace(key, text, cap).stack(None)
+    survey, T = cached_survey(stack, overview), stack.queries.n_tokens
+    c1, c2 = st.columns(2)
+    start = c1.number_input("Window from token", 0, T - 1, key="zoom_start", bind="query-params",
+                            **initial("zoom_start", 0))
+    size = c2.number_input("Window size", 1, WINDOW_MAX, key="zoom_size", bind="query-params",
+                           help=f"At most {WINDOW_MAX} tokens: every cell is drawn with its exact weight.",
+                           **initial("zoom_size", min(64, T)))
+    start, stop = int(start), min(T, int(start) + int(size))
+    blocks = (survey.layer_max[layer] if reduce == "max" else survey.pooled("detail", reduce)[layer].mean(0)) \
+        if head is None else survey.pooled("detail", reduce)[layer, head]  # (s, s)
+    left, right = st.columns(2)
+    left.plotly_chart(figs.blocks_heatmap(blocks, survey.starts["detail"], survey.block("detail"), T, name, reduce,
+                                          (start, stop)), key="long_blocks", on_select=partial(zoom_to_box, T),
+                      selection_mode="box")
+    w = window(stack.weights, layer, head, start, stop)  # (n, n) exact
+    right.plotly_chart(figs.window_heatmap(w, start, stack.queries.tokens, name), key="long_window")
+    right.caption(f"These rows keep {w.sum(1).mean():.1%} of their weight inside the window on average; "
+                  "the rest goes to tokens outside it.")

@@ -1,0 +1,260 @@
+"""Heavy work and memory bounded for every visitor, on real servers in public mode (loopback, builtin:seed).
+
+Long forwards wait for a slot of the one job line and are admitted by memory (ATTNVIZ_MAX_TRACE_MB, set small
+here): four visitors submitting four long documents at once never hold more than the setting. Sessions keep
+keys, never traces, so memory stays within the caches' bounds however many tabs there are and comes back once
+they close; so do the server's threads.
+"""
+
+import random
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from websockets.sync.client import connect
+
+from conftest import start_server
+from test_flood import threads
+from test_load import WORDS, rss_mb
+
+TRACE_MB = 160  # ATTNVIZ_MAX_TRACE_MB for these servers
+LONG_WORDS = 700  # ~700 tokens of builtin:seed: a job of ~86 MB (trace, survey, a tile), four ~344 MB > TRACE_MB
+VIEWS_MB = 32  # ATTNVIZ_MAX_VIEWS_MB
+ENV = {"ATTNVIZ_PUBLIC": "1", "ATTNVIZ_MAX_TRACE_MB": str(TRACE_MB), "ATTNVIZ_HEAVY_TOKENS": "256", "ATTNVIZ_MAX_JOBS": "4", "ATTNVIZ_MAX_CHARS": "60000",
+       "ATTNVIZ_MAX_VIEWS_MB": str(VIEWS_MB), "ATTNVIZ_GC_EVERY_S": "5", "MALLOC_ARENA_MAX": "2"}
+HOME_S = 3  # the issue's bound for a fifth visitor's home page while the four run
+
+
+def document(i: int, words: int = LONG_WORDS) -> str:
+    rng = random.Random(i)
+    return " ".join(rng.choice(WORDS) for _ in range(words)) + "."
+
+
+def peak_mb(pid: int) -> float:
+    """The process's peak resident memory (VmHWM) in MB since the last ``reset_peak``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmHWM for process {pid}")
+
+
+def reset_peak(pid: int) -> None:
+    Path(f"/proc/{pid}/clear_refs").write_text("5")  # Linux: VmHWM starts again from the current RSS
+
+
+class Tab:
+    """A browser tab speaking Streamlit's websocket protocol; ``open`` runs a page and says what it showed."""
+
+    def __init__(self, url: str, tabs: ExitStack):
+        self.ws = tabs.enter_context(connect(url.replace("http", "ws", 1) + "/_stcore/stream",
+                                             subprotocols=["streamlit"], max_size=2**27, open_timeout=60))
+
+    def open(self, page: str, params: dict, timeout: float = 180) -> dict:
+        msg = BackMsg()
+        msg.rerun_script.query_string = urlencode(params)
+        msg.rerun_script.page_name = page
+        self.ws.send(msg.SerializeToString())
+        shown = {"charts": 0, "trouble": [], "line": [], "progress": 0}
+        deadline = time.monotonic() + timeout
+        while True:
+            fwd = ForwardMsg()
+            fwd.ParseFromString(self.ws.recv(timeout=max(1, deadline - time.monotonic())))
+            kind = fwd.WhichOneof("type")
+            if kind == "script_finished":
+                if fwd.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
+                    return shown
+                shown = {k: type(v)() for k, v in shown.items()}
+            elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
+                el = fwd.delta.new_element
+                what = el.WhichOneof("type")
+                if what == "plotly_chart":
+                    shown["charts"] += 1
+                elif what == "progress":
+                    shown["progress"] += 1
+                elif what == "alert" and "in line" in el.alert.body:
+                    shown["line"].append(el.alert.body)
+                elif what in ("alert", "exception"):
+                    shown["trouble"].append(str(getattr(el, what))[:300])
+
+
+def long_params(i: int, words: int = LONG_WORDS) -> dict:
+    return {"model": "builtin:seed", "text": document(i, words)}
+
+
+@pytest.fixture(scope="module")
+def server():
+    proc, url = start_server(ENV)
+    log: list[str] = []
+    threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
+    with ExitStack() as tabs:  # warm: the model, the pages' imports, one long forward
+        Tab(url, tabs).open("", {})
+        Tab(url, tabs).open("Long_text", {"model": "builtin:seed", "text": document(99, 200)})
+        Tab(url, tabs).open("Attention", {"model": "builtin:seed", "text": document(98, 50)})
+    time.sleep(6)  # one collection of the warm-up's garbage
+    yield proc, url, log
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_four_long_documents_at_once_stay_within_the_memory_setting(server, capsys):
+    proc, url, log = server
+    base = rss_mb(proc.pid)
+    reset_peak(proc.pid)
+    results, home = [None] * 4, []
+    with ExitStack() as tabs:
+        visitors = [Tab(url, tabs) for _ in range(4)]
+
+        def submit(i):
+            try:
+                results[i] = visitors[i].open("Long_text", long_params(i))
+            except Exception as e:  # judged below
+                results[i] = {"error": f"{type(e).__name__}: {e}"}
+
+        workers = [threading.Thread(target=submit, args=(i,)) for i in range(4)]
+        for w in workers:
+            w.start()
+        time.sleep(1.5)  # the four are in line or running
+        start = time.perf_counter()
+        shown = Tab(url, tabs).open("", {})
+        home.append(time.perf_counter() - start)
+        busy = any(w.is_alive() for w in workers)
+        for w in workers:
+            w.join(300)
+    peak = peak_mb(proc.pid)
+    with capsys.disabled():
+        print(f"\nfour long documents at once: RSS {base:,.0f} MB before, peak {peak:,.0f} MB "
+              f"(+{peak - base:,.0f}; ATTNVIZ_MAX_TRACE_MB={TRACE_MB}); home page {home[0]:.2f} s meanwhile; "
+              f"{sum(bool(r.get('line')) for r in results)} of 4 waited in line")
+    assert all(r and "error" not in r for r in results), (results, "".join(log)[-3000:])
+    for r in results:
+        assert not r["trouble"] and r["charts"] >= 4, (r, "".join(log)[-3000:])  # all four finished with their page
+        assert r["line"] or r["progress"], r  # each saw its place in line or its progress
+    assert any("number 1 in line" in body for r in results for body in r["line"]), results
+    assert busy, "the four had finished before the home page was asked for"
+    assert not shown["trouble"], shown
+    assert home[0] < HOME_S, home  # the issue's number, for a fifth visitor meanwhile
+    assert peak < base + TRACE_MB, (base, peak)
+
+
+def test_a_document_over_the_setting_alone_is_refused_with_its_number(server):
+    proc, url, log = server
+    with ExitStack() as tabs:
+        shown = Tab(url, tabs).open("Long_text", {"model": "builtin:seed", "text": document(7, 5000)})
+    refused = [t.replace("\\", "") for t in shown["trouble"]]  # the message's markdown escapes, undone
+    refused = [t for t in refused if "ATTNVIZ_MAX_TRACE_MB" in t]
+    assert refused and f"{TRACE_MB:,} MB" in refused[0] and "Try a shorter text" in refused[0], shown
+    mb = float(refused[0].split("about ")[1].split(" MB")[0].replace(",", ""))
+    assert TRACE_MB < mb < 3 * TRACE_MB, refused  # ~5,000 tokens × ~38 KB, a survey and a tile: ~260 MB
+
+
+def test_tabs_keep_no_traces_and_memory_and_threads_come_back(server, capsys):
+    """12 tabs on Attention with 12 texts, then 8 tabs submitting 8 long texts one after another, all open to
+    the end: memory within the caches' bounds; a minute after they close, within 150 MB of where it started."""
+    proc, url, log = server
+    time.sleep(6)
+    base, threads_before = rss_mb(proc.pid), threads(proc.pid)
+    reset_peak(proc.pid)
+    with ExitStack() as tabs:
+        for i in range(12):
+            shown = Tab(url, tabs).open("Attention", {"model": "builtin:seed", "text": document(100 + i, 50)})
+            assert not shown["trouble"] and shown["charts"] >= 2, shown
+        for i in range(8):
+            shown = Tab(url, tabs).open("Long_text", long_params(200 + i, 300))
+            assert not shown["trouble"] and shown["charts"] >= 4, shown
+        time.sleep(6)  # a collection: what is left is what someone holds
+        open_mb, peak = rss_mb(proc.pid), peak_mb(proc.pid)
+        threads_open = threads(proc.pid)
+    time.sleep(60)
+    after, threads_after = rss_mb(proc.pid), threads(proc.pid)
+    # The caches' bounds: 8 Attention traces of ~53 tokens (2.5 MB each with their dense weights), the views, two
+    # long traces of ~303 tokens with their surveys (~46 MB each as a job); 8 tabs keeping theirs would add ~240 MB.
+    bound = 8 * 3 + VIEWS_MB + 2 * 46
+    with capsys.disabled():
+        print(f"\n12 Attention tabs then 8 long texts: RSS {base:,.0f} MB before, {open_mb:,.0f} MB with all open "
+              f"(peak {peak:,.0f}; bound +{bound}), {after:,.0f} MB a minute after they closed; threads "
+              f"{threads_before} before, {threads_open} open, {threads_after} after")
+    assert open_mb < base + bound, (base, open_mb)
+    assert after < base + 150, (base, after)
+    assert threads_after <= threads_before + 3, (threads_before, threads_open, threads_after)
+
+
+def test_a_survey_keeps_its_trace_when_other_sessions_evict_it(monkeypatch):
+    """The page holds its trace mid-run; two other documents push it out of the kept two: its survey still comes."""
+    from attnviz.ui import long
+
+    monkeypatch.setenv("ATTNVIZ_HEAVY_TOKENS", "100000")  # outside a script run: no line to wait in
+    long._LONG.clear()
+    stack = long.long_trace("builtin:seed", document(1, 120), 4096).stack(None)
+    for i in (2, 3):
+        long.long_trace("builtin:seed", document(i, 60), 4096)
+    assert all(e.trace.stack(None).weights is not stack.weights for e in long._LONG.values())  # evicted
+    s = long.cached_survey(stack, 8)
+    L, H, T = *stack.weights.shape[:2], stack.queries.n_tokens
+    assert s.received.shape == (L, H, T)
+    assert abs(s.received[0, 0].sum() - T) < 1e-3  # every query row gives away a weight of 1 in all
+    again = long.long_trace("builtin:seed", document(1, 120), 4096)
+    assert again.stack(None).weights is stack.weights  # found again, not redone
+    long._LONG.clear()
+
+
+@pytest.mark.parametrize("page", ["pages/9_Long_text.py", "pages/7_Roles.py", "pages/4_Analysis.py"])
+def test_a_session_keeps_no_trace_once_the_caches_let_go(page):
+    """Callbacks, fragments and results in session state held the page's trace; now only the shared caches do."""
+    import gc
+
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from attnviz.traces import AttentionTrace
+    from attnviz.ui import derived, long
+
+    at = AppTest.from_file("../app.py", default_timeout=300)
+    at.switch_page(page)
+    at.run()
+    texts = [document(300 + i, 40) for i in range(2)]
+    for text in texts:
+        at.text_area(key="text").set_value(text).run()
+        assert not at.exception, at.exception
+    st.cache_resource.clear()
+    derived.clear()
+    long._LONG.clear()
+    gc.collect()
+    alive = [o for o in gc.get_objects() if isinstance(o, AttentionTrace) and o.text in texts]
+    assert at.session_state["text"] and not alive, len(alive)  # the session is still open
+
+
+def test_a_closed_tab_stops_its_long_forward_at_the_next_tile(server):
+    from test_jobs import cpu_seconds
+
+    proc, url, log = server
+    tabs = ExitStack()
+    tab = Tab(url, tabs)
+    msg = BackMsg()
+    msg.rerun_script.query_string = urlencode(long_params(400, 2000))  # ~2,000 tokens (~141 MB): seconds of forward
+    msg.rerun_script.page_name = "Long_text"
+    tab.ws.send(msg.SerializeToString())
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the forward's progress bar shows: it is running
+        fwd = ForwardMsg()
+        fwd.ParseFromString(tab.ws.recv(timeout=120))
+        assert fwd.WhichOneof("type") != "script_finished" or fwd.script_finished == ForwardMsg.FINISHED_EARLY_FOR_RERUN
+        if fwd.WhichOneof("type") == "delta" and fwd.delta.WhichOneof("type") == "new_element" \
+                and fwd.delta.new_element.WhichOneof("type") == "progress":
+            break
+    else:
+        raise AssertionError("no progress bar")
+    busy_from = cpu_seconds(proc.pid)
+    time.sleep(1)
+    busy = cpu_seconds(proc.pid) - busy_from
+    tabs.close()
+    time.sleep(2)  # the forward stops at its next tile
+    idle_from = cpu_seconds(proc.pid)
+    time.sleep(3)
+    idle = (cpu_seconds(proc.pid) - idle_from) / 3
+    assert busy > 0.5, busy  # the measurement sees the forward
+    assert idle < 0.3, idle  # and nothing runs once the tab is gone
