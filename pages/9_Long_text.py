@@ -12,7 +12,8 @@ from attnviz.analysis import long
 from attnviz.figures import long as figs
 from attnviz.tokens import clean
 from attnviz.ui.frame import frame, layer_head
-from attnviz.ui.share import plain
+from attnviz.ui.heads import head_chart
+from attnviz.ui.share import linked_number, plain
 from attnviz.ui.long import DETAIL, cached_survey, long_trace, uploaded_text
 
 WINDOW_MAX = 256  # tokens a side of the exact window: 65,536 cells, ~0.35 MB of float32 in the page
@@ -45,16 +46,9 @@ layer, head = layer_head(L, H, with_mean=True)
 name = f"layer {layer}, mean of {H} heads" if head is None else f"layer {layer}, head {head}"
 
 
-def open_head() -> None:
-    """Overview click: point i of the mosaic is head i, row by row."""
-    points = st.session_state["long_overview"].selection.points
-    if points and "point_index" in points[0]:
-        st.session_state["layer"], st.session_state["head"] = divmod(int(points[0]["point_index"]), H)
-
-
 st.subheader("Every head")
 mosaic = figs.head_mosaic(survey.pooled("overview", reduce), reduce, T, survey.block("overview"), (layer, head))
-st.plotly_chart(mosaic, key="long_overview", on_select=open_head, selection_mode="points")
+head_chart(mosaic, "long_overview", H, page=None)  # point i of the mosaic is head i, row by row
 
 
 def initial(key: str, value: int) -> dict:
@@ -63,33 +57,41 @@ def initial(key: str, value: int) -> dict:
 
 
 def zoom_to_box() -> None:
-    """A box dragged on the block map: the window becomes the tokens it spans (at most WINDOW_MAX)."""
+    """A box dragged on the block map: the window becomes the tokens it spans (at most WINDOW_MAX). A drag of a few
+    pixels on one side is a band across the whole of the other axis (plotly's one-axis selection): that axis is left out."""
     boxes = st.session_state["long_blocks"].selection.box
     if boxes:
-        (x0, x1), (y0, y1) = sorted(boxes[0]["x"]), sorted(boxes[0]["y"])
-        first = int(np.clip(min(x0, y0), 0, T - 1))
+        spans = [sorted(boxes[0][a]) for a in ("x", "y") if len(boxes[0].get(a) or ()) == 2]
+        spans = [s for s in spans if s[1] - s[0] < 0.99 * T] or spans  # (lo, hi) per axis the drag chose
+        if not spans:
+            return
+        first = int(np.clip(min(lo for lo, _ in spans), 0, T - 1))
         st.session_state["zoom_start"] = first
-        st.session_state["zoom_size"] = int(np.clip(np.ceil(max(x1, y1)) - first, 1, WINDOW_MAX))
+        st.session_state["zoom_size"] = int(np.clip(np.ceil(max(hi for _, hi in spans)) - first, 1, WINDOW_MAX))
 
 
 @st.fragment
 def detail() -> None:
     """The block map and its exact window: a zoom (typed, or a box dragged on the map) reruns only this."""
+    # The window's default size follows the text (a short text's 16 stays no longer than that text does).
+    default, before = min(64, T), st.session_state.get("zoom_default")
+    if before is not None and before != default and st.session_state.get("zoom_size") == before:
+        st.session_state["zoom_size"] = default
+    st.session_state["zoom_default"] = default
     c1, c2 = st.columns(2)
-    start = c1.number_input("Window from token", 0, T - 1, key="zoom_start", bind="query-params",
-                            **initial("zoom_start", 0))
-    size = c2.number_input("Window size", 1, WINDOW_MAX, key="zoom_size", bind="query-params",
-                           help=f"At most {WINDOW_MAX} tokens: every cell is drawn with its exact weight.",
-                           **initial("zoom_size", min(64, T)))
+    start = linked_number(c1, "Window from token", 0, T - 1, "zoom_start", **initial("zoom_start", 0))
+    size = linked_number(c2, "Window size", 1, WINDOW_MAX, "zoom_size",
+                         help=f"At most {WINDOW_MAX} tokens: every cell is drawn with its exact weight.",
+                         **initial("zoom_size", default))
     start, stop = int(start), min(T, int(start) + int(size))
     blocks = (survey.layer_max[layer] if reduce == "max" else survey.pooled("detail", reduce)[layer].mean(0)) \
         if head is None else survey.pooled("detail", reduce)[layer, head]  # (s, s)
-    left, right = st.columns(2)
-    left.plotly_chart(figs.blocks_heatmap(blocks, survey.starts["detail"], survey.block("detail"), T, name, reduce,
+    # One above the other: beside the block map, a window's 24 key labels and 64 rows had ~160 px.
+    st.plotly_chart(figs.blocks_heatmap(blocks, survey.starts["detail"], survey.block("detail"), T, name, reduce,
                                           (start, stop)), key="long_blocks", on_select=zoom_to_box, selection_mode="box")
     w = long.window(stack.weights, layer, head, start, stop)  # (n, n) exact
-    right.plotly_chart(figs.window_heatmap(w, start, tokens, name), key="long_window")
-    right.caption(f"These rows keep {w.sum(1).mean():.1%} of their weight inside the window on average; "
+    st.plotly_chart(figs.window_heatmap(w, start, tokens, name), key="long_window")
+    st.caption(f"These rows keep {w.sum(1).mean():.1%} of their weight inside the window on average; "
                   "the rest goes to tokens outside it.")
 
 
@@ -115,14 +117,14 @@ st.subheader("A token's reach")
 c1, c2 = st.columns([1, 2])
 word = c2.text_input("Find a word", key="find", help="Lists the positions of a token that reads this word.")
 if word:
-    hits = long.find(tokens, word)
+    hits = long.find(tokens, word, stack.queries.word_ids)
     if hits:
         c2.caption(f"{len(hits):,} positions: " + ", ".join(f"{i:,}" for i in hits[:40]) + (" …" if len(hits) > 40 else ""))
         if c2.button(f"Go to the first ({hits[0]:,})", key="find_go"):
             st.session_state["token"] = hits[0]
     else:
         c2.caption(f"No token reads {plain(word)!s}.")
-focus = int(c1.number_input("Token position", 0, T - 1, key="token", bind="query-params", **initial("token", min(1, T - 1))))
+focus = int(linked_number(c1, "Token position", 0, T - 1, "token", **initial("token", min(1, T - 1))))
 side = stack.name if stack.name != "self" else None
 row, col = f.trace.row(layer, head, focus, side), f.trace.column(layer, head, focus, side)  # (Tk,), (Tq,)
 st.plotly_chart(figs.reach_lines(row, col, focus, clean(tokens[focus]), name), key="long_reach",
