@@ -1,13 +1,12 @@
 """Head roles: every head named by what it does, on the text and on the standard repeated-token probe."""
 
-from functools import partial
-
 import streamlit as st
 
 from attnviz.analysis.roles import CAUSAL_NOTE, PROBE, ROLES, probe_trace, role_scores, role_table
 from attnviz.export import file_stem
 from attnviz.figures.roles import role_grid
 from attnviz.ui.frame import frame, plain
+from attnviz.ui.heads import head_chart
 
 f = frame("Roles")
 st.title("Head roles")
@@ -16,17 +15,6 @@ st.markdown(
     "so that 1 means all of it and 0 means no more than chance. The grid colours each head by its strongest "
     "role; hover for every score, click a head to open it on the Attention page."
 )
-
-if st.session_state.pop("open_head", False):
-    st.switch_page("pages/1_Attention.py", query_params={})
-
-
-def open_head(chart_key: str) -> None:
-    points = st.session_state[chart_key].selection.points
-    if points and {"x", "y"} <= points[0].keys():  # the cell's coordinates (customdata arrives as a dict)
-        st.session_state["layer"], st.session_state["head"] = int(points[0]["y"]), int(points[0]["x"])
-        st.session_state["open_head"] = True
-
 
 def kept(name: str, owner, compute):
     """``compute()`` kept for this session until ``owner`` (a trace or a model) changes."""
@@ -64,15 +52,15 @@ if not causal:
 
 labels = {r: ROLES[r].label for r in ROLES if r in scores}
 where = "the standard probe" if scores is probe_scores else "your text"
-st.plotly_chart(role_grid(scores, labels, f"Strongest role of each head, on {where} · click a head to open it"),
-                key="role_grid", on_select=partial(open_head, "role_grid"), selection_mode="points")
+head_chart(role_grid(scores, labels, f"Strongest role of each head, on {where} · click a head to open it"),
+           "role_grid", trace.stack(stack).weights.shape[1])
 
 with st.expander("What each role means"):
     st.markdown("\n".join(f"- **{role.label}**: {role.definition}. {role.reference}." for r, role in ROLES.items()
                           if r in labels))
     st.markdown(f"Scores are averaged over the query rows where a role is defined. The probe: {PROBE}.")
 
-table = role_table(text_scores, probe_scores)
+table = role_table(text_scores, probe_scores, by_probe=scores is probe_scores)
 st.dataframe(table, hide_index=True, key="role_table")
 st.download_button("Download the scores (CSV)", table.to_csv(index=False), f"{file_stem(f.key)}_roles.csv", "text/csv",
                    key="roles_csv", on_click="ignore")

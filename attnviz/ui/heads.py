@@ -8,14 +8,14 @@ from functools import partial
 import streamlit as st
 
 ATTENTION_PAGE = "pages/1_Attention.py"
-_PENDING = "open_head_page"  # session-state key: the page a click asked to open, switched to on the next run
+_PENDING = "open_head_page"  # session-state key: the page a click asked to open and its head, opened on the next run
 
 
 def clicked_head(points: list, n_heads: int) -> tuple[int, int] | None:
     """(layer, head) of the first selected point, from its index in the layer-major grid."""
-    if not points or "point_index" not in points[0]:
+    if not points or not isinstance(points[0].get("point_index"), int):  # a heatmap cell's index is a pair
         return None
-    layer, head = divmod(int(points[0]["point_index"]), n_heads)
+    layer, head = divmod(points[0]["point_index"], n_heads)
     return layer, head
 
 
@@ -32,7 +32,7 @@ def _on_select(chart_key: str, n_heads: int, page: str | None) -> None:
     if picked is not None:
         open_head(*picked)
         if page is not None:
-            st.session_state[_PENDING] = page
+            st.session_state[_PENDING] = (page, *picked)
 
 
 def head_chart(fig, key: str, n_heads: int, page: str | None = ATTENTION_PAGE, where=st) -> None:
@@ -41,7 +41,9 @@ def head_chart(fig, key: str, n_heads: int, page: str | None = ATTENTION_PAGE, w
 
 
 def follow_click() -> None:
-    """Call before drawing a page: switches to the page a head click asked for."""
-    page = st.session_state.pop(_PENDING, None)
-    if page is not None:
-        st.switch_page(page, query_params={})
+    """Call before drawing a page: switches to the page a head click asked for, its layer and head in the address
+    (a copied link reopens that head)."""
+    pending = st.session_state.pop(_PENDING, None)
+    if pending is not None:
+        page, layer, head = pending
+        st.switch_page(page, query_params={"layer": str(layer), "head": str(head)})
