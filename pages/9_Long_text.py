@@ -115,7 +115,7 @@ def follow_row(key: str, positions: list[int]) -> None:
 
 st.subheader("A token's reach")
 c1, c2 = st.columns([1, 2])
-word = c2.text_input("Find a word", key="find", help="Lists the positions of a token that reads this word.")
+word = c2.text_input("Find a word", key="find", help="Lists where each word that reads this starts, however the tokenizer cut it into pieces.")
 if word:
     hits = long.find(tokens, word, stack.queries.word_ids)
     if hits:
@@ -123,7 +123,7 @@ if word:
         if c2.button(f"Go to the first ({hits[0]:,})", key="find_go"):
             st.session_state["token"] = hits[0]
     else:
-        c2.caption(f"No token reads {plain(word)!s}.")
+        c2.caption(f"No word reads {plain(word)!s}.")
 focus = int(linked_number(c1, "Token position", 0, T - 1, "token", **initial("token", min(1, T - 1))))
 side = stack.name if stack.name != "self" else None
 row, col = f.trace.row(layer, head, focus, side), f.trace.column(layer, head, focus, side)  # (Tk,), (Tq,)

@@ -4,8 +4,7 @@
 () => {
   const groups = {
     title: ".gtitle", xtick: ".xtick text", ytick: ".ytick text", xtitle: ".g-xtitle text",
-    ytitle: ".g-ytitle text", annotation: ".annotation-text", colorbar: ".colorbar g[class$='tick'] text",
-    cbtitle: ".colorbar .cbtitle text", cbfill: ".colorbar .cbfill",
+    ytitle: ".g-ytitle text", annotation: ".annotation-text", colorbar: ".colorbar text", cbfill: ".colorbar .cbfill",
   };
   const overlaps = [], cut = [], crowded = [];
   const GAP = 11;  // pixels between neighbouring tick labels' anchors: about a 12 px label's height
@@ -38,7 +37,7 @@
     for (const ax of cells.length ? [gd._fullLayout.xaxis] : []) {
       const width = ax._length / Math.max(1, (ax.range[1] - ax.range[0]));
       const widest = Math.max(...[...cells].map(el => el.getBoundingClientRect().width));
-      if (widest > width - 2) crowded.push(`${name}: cell text ${widest.toFixed(0)} px in ${width.toFixed(0)} px cells`);
+      if (widest > width) crowded.push(`${name}: cell text ${widest.toFixed(0)} px in ${width.toFixed(0)} px cells`);
     }
     for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
       const a = boxes[i], b = boxes[j];

@@ -9,14 +9,14 @@ import plotly.graph_objects as go
 
 from ..views import StackView, colour_position, colour_top, focus_weights, head_weights, log_ticks
 from .analysis import head_map
-from .common import EDGE, LABELS_BELOW, LINE_BREAK, NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, labels_margin, safe, top_title
+from .common import (KEY_BELOW, KEY_UNDER, LABELS_BELOW, LINE_BREAK, NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, labels_margin,
+                     right_of_key_under, safe, top_title)
 from .overview import MASK_COLOUR, head_grid
 
 # Above this many cells a log-scale heatmap sends its colours as uint8 (steps of 1/255) beside the float32
 # weights that hover reads. A linear heatmap sends only the float32 weights: uint8 colours plus weights for
 # hover to three significant digits would cost more (at 512×512, 1.84 MB against 1.4 MB of JSON).
 QUANTISE_ABOVE = 128 * 128
-KEY_BELOW = 78  # pixels a horizontal colour bar takes under the plot: its title, the bar and its tick labels
 
 
 def weights_heatmap(
@@ -59,7 +59,8 @@ def weights_heatmap(
         title=title,
         xaxis=dict(title=x_title, type="category", tickangle=-60, side="top", automargin=True),
         yaxis=dict(title=y_title, type="category", autorange="reversed", automargin=True),
-        margin=dict(l=labels_margin(y_ticks), r=EDGE if key_below else SIDE_KEY, t=top, b=LABELS_BELOW),
+        margin=dict(l=labels_margin(y_ticks), r=right_of_key_under(x_ticks) if key_below else SIDE_KEY, t=top,
+                    b=LABELS_BELOW),
         height=top + (min(800, 200 + 14 * len(y_labels)) if height is None else height),
     )
     bar = dict(title=bar_title, tickvals=[t * zmax for t in ticks], ticktext=text)
@@ -67,10 +68,10 @@ def weights_heatmap(
     if caption:
         layout |= _mask_layout(np.asarray(masked, bool), layout["margin"])
     if key_below:  # in the bottom margin, under the mask's caption when there is one
-        bar |= dict(orientation="h", thickness=12, len=1, x=0, xanchor="left", y=0, yanchor="top",
-                    ypad=34 if caption else 8, title=dict(text=bar_title.replace(LINE_BREAK, " "), side="top"))
-        layout["margin"] = layout["margin"] | dict(b=layout["margin"]["b"] + KEY_BELOW)
-        layout["height"] += KEY_BELOW
+        bar |= KEY_UNDER | dict(ypad=KEY_UNDER["ypad"] + (26 if caption else 0),
+                                title=dict(text=bar_title.replace(LINE_BREAK, " "), side="top"))
+        layout["margin"] = layout["margin"] | dict(b=layout["margin"]["b"] + KEY_BELOW - LABELS_BELOW)
+        layout["height"] += KEY_BELOW - LABELS_BELOW
         layout["xaxis"]["tickfont"] = dict(size=11)  # plotly labels every token while each has 13 px (12 px: 14)
     return go.Figure(
         go.Heatmap(

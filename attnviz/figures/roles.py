@@ -37,7 +37,7 @@ def role_grid(scores: dict[str, np.ndarray], labels: dict[str, str], title: str)
             z=best, zmin=-0.5, zmax=R - 0.5, colorscale=scale, showscale=False, hoverinfo="skip",
             # ".53": two digits fit a cell however narrow the grid (12 heads at 800 px: ~26 px a cell)
             text=[[f"{v:.2f}".lstrip("0") for v in row] for row in top], texttemplate="%{text}",
-            textfont=dict(size=11 if H > 8 else 13),
+            textfont=dict(size=10 if H > 8 else 13),
         ),
         go.Scatter(
             x=head, y=layer, customdata=np.column_stack([layer, head, stack.reshape(R, -1).T]),  # (L·H, 2 + R)
