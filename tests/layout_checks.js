@@ -37,7 +37,9 @@
     for (const ax of cells.length ? [gd._fullLayout.xaxis] : []) {
       const width = ax._length / Math.max(1, (ax.range[1] - ax.range[0]));
       const widest = Math.max(...[...cells].map(el => el.getBoundingClientRect().width));
-      if (widest > width) crowded.push(`${name}: cell text ${widest.toFixed(0)} px in ${width.toFixed(0)} px cells`);
+      const smallest = Math.min(...[...cells].map(el => parseFloat(getComputedStyle(el).fontSize)));
+      if (smallest < 10) crowded.push(`${name}: cell text shrunk to ${smallest.toFixed(1)} px to fit its cells`);
+      if (widest > 0.8 * width) crowded.push  // a number needs a gap either side to read as its cell's(`${name}: cell text ${widest.toFixed(0)} px in ${width.toFixed(0)} px cells`);
     }
     for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
       const a = boxes[i], b = boxes[j];
