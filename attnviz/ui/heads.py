@@ -19,20 +19,21 @@ def clicked_head(points: list, n_heads: int) -> tuple[int, int] | None:
     return layer, head
 
 
-def open_head(layer: int, head: int) -> None:
-    """Point the layer and head pickers at (layer, head), on this page and on the next one."""
+def open_head(layer: int, head: int, page: str | None = None) -> None:
+    """Point the layer and head pickers at (layer, head), on this page and on the next one; with ``page``, open
+    that page on the next run (call from a widget's callback: a chart's click, a button's "Open")."""
     st.session_state["layer"], st.session_state["head"] = layer, head
     # A page switch restores the pickers from the values kept for the next page (frame.carry_over):
     # keep the clicked head there too, or the next page reopens whatever head was shown before.
     st.session_state.setdefault("shared_values", {}).update(layer=layer, head=head)
+    if page is not None:
+        st.session_state[_PENDING] = (page, layer, head)
 
 
 def _on_select(chart_key: str, n_heads: int, page: str | None) -> None:
     picked = clicked_head(st.session_state[chart_key].selection.points, n_heads)
     if picked is not None:
-        open_head(*picked)
-        if page is not None:
-            st.session_state[_PENDING] = (page, *picked)
+        open_head(*picked, page=page)
 
 
 def head_chart(fig, key: str, n_heads: int, page: str | None = ATTENTION_PAGE, where=st) -> None:
