@@ -137,6 +137,8 @@ def test_the_window_grows_to_64_tokens_with_a_longer_text():
     assert short == attnviz.load("builtin:seed").trace("A short text.").n_tokens < 64
     at.text_area(key="text").set_value(words(300)).run()
     assert ok(at).number_input(key="zoom_size").value == 64
+    bar = charts(at)["long_window"]["data"][0]["colorbar"]  # under the plot, which keeps the chart's width
+    assert bar["orientation"] == "h" and bar["title"]["text"] == "weight"
     at.number_input(key="zoom_size").set_value(40).run()  # a size the visitor chose stays
     at.text_area(key="text").set_value(words(500)).run()
     assert ok(at).number_input(key="zoom_size").value == 40

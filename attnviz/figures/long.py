@@ -134,7 +134,8 @@ def window_heatmap(w: np.ndarray, start: int, tokens, title: str) -> go.Figure:
     height = 250 + KEY_BELOW + max(300, WINDOW_ROW * len(yticks))  # the top margin, the colour bar, the rows
     return go.Figure(go.Heatmap(
         z=np.asarray(w, np.float32), x=pos, y=pos, zmin=0, zmax=top, colorscale=PROB_SCALE,
-        colorbar=_colour_bar(top) | KEY_UNDER,  # under the plot: beside it, it took a third of an 800 px window
+        # Under the plot: beside it, the bar took a third of an 800 px window.
+        colorbar=_colour_bar(top) | KEY_UNDER | dict(title=dict(text="weight", side="top")),
         hovertemplate="query %{y} · key %{x}<br>weight %{z:.5f}<extra></extra>",
     ), layout=dict(
         # The title sits 65 px down (Streamlit's chart toolbar hides the top strip) and names the key axis itself:
