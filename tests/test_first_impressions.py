@@ -148,7 +148,7 @@ def test_the_window_grows_to_64_tokens_with_a_longer_text():
 
 def test_the_text_box_says_what_a_long_paste_gets_and_where_to_upload():
     at = ok(run("pages/1_Attention.py"))
-    notes = [c.value for c in at.sidebar.caption]
+    notes = [m.value for m in at.sidebar.markdown]
     assert any("over 20,000 characters is refused whole" in n and "Long text page's upload" in n for n in notes), notes
 
 

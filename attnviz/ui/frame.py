@@ -177,9 +177,10 @@ def sidebar() -> tuple[str, str]:
             help=f"Press Ctrl+Enter (or click outside) to run. At most {share.max_chars():,} characters: "
                  "a longer paste is refused whole.",
         )
-        # The browser refuses a longer paste whole, without telling the server: say so before it happens.
-        st.caption(f"A paste over {share.max_chars():,} characters is refused whole and the box keeps its text; "
-                   "a longer document goes in the Long text page's upload.")
+        # The browser refuses a longer paste whole, without telling the server: say so before it happens (in grey
+        # Markdown, not a caption: the page's first caption is its status line).
+        st.markdown(f":gray[A paste over {share.max_chars():,} characters is refused whole and the box keeps its "
+                    "text; a longer document goes in the Long text page's upload.]")
     return (key or DEFAULT_MODEL), text
 
 
