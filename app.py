@@ -24,7 +24,8 @@ def home() -> None:
     options, full_range = display_options()
     st.title("attnviz")
     st.markdown(
-        "Paste text in the sidebar, choose a model, and see what each layer and head attends to. "
+        "Paste text in the sidebar (on a narrow screen, the arrow at the top left opens it), choose a model, and "
+        "see what each layer and head attends to. "
         "The pages on the left go deeper: every head at a glance, positional encodings, norms, "
         "head analyses, and training the seed's models."
     )
@@ -33,7 +34,7 @@ def home() -> None:
     layer, head = layer_head(*view.attn.shape[:2])
     fig = attention_heatmap(head_weights(view, layer, head), view.q_labels, view.k_labels,
                             f"layer {layer}, head {head}", masked=view.masked, log_scale=options.log_scale,
-                            full_range=full_range)
+                            full_range=full_range, key_below=True)
     model_output(f.model, f.text)
     st.plotly_chart(fig, key="home_heatmap", config=chart_config(figure_name(f.trace.model, layer, head)))
     downloads(f.trace, fig, layer, head)

@@ -156,6 +156,10 @@ def cmd_corpus(args) -> None:
     def progress(done):
         print(f"attnviz: {done:,} texts ({done / (time.monotonic() - started):.1f} texts/s)", file=sys.stderr)
 
+    if args.input == "demo":  # the demo corpus that ships inside the package, found from any folder
+        from attnviz.data import CORPUS
+
+        args.input = str(CORPUS)
     try:
         source = cp.Corpus(args.input, args.column)
         stats = cp.run(args.model, source, out, args.column, args.limit, address, progress=progress,
@@ -179,9 +183,14 @@ def _write(path: Path, write) -> None:
         raise InputError(f"cannot write {str(path)!r}: {e.strerror or e}") from None
 
 
+def _prog() -> str:
+    """How this command was run, for its usage lines: ``attnviz`` (the installed script) or ``python -m attnviz``."""
+    return "python -m attnviz" if Path(sys.argv[0]).name == "__main__.py" else Path(sys.argv[0]).name or "attnviz"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m attnviz",
+        prog=_prog(),
         description="Run text through a transformer and save what its attention heads do.",
         epilog="Models: the keys `models` lists, hf:<Hugging Face id or folder>, or a local folder.",
     )
@@ -196,7 +205,7 @@ def parser() -> argparse.ArgumentParser:
         if model:
             c.add_argument("--model", default=model, help=f"model key (default: {model})")
         else:
-            c.add_argument("--model", required=True, help="a causal LM: hf:<id or folder>")
+            c.add_argument("--model", required=True, help="a causal LM: builtin:lm, or hf:<id or folder>")
         src = c.add_mutually_exclusive_group(required=True)
         src.add_argument("--text", help="the text to run; - reads it from standard input")
         src.add_argument("--file", help="read the text from this UTF-8 file")
@@ -215,7 +224,7 @@ def parser() -> argparse.ArgumentParser:
     plot.add_argument("--cdn", action="store_true",
                       help="HTML loads plotly.js from its CDN (~10 kB file) instead of inlining it (~4.8 MB, works offline)")
     plot.set_defaults(run=cmd_plot)
-    gen = text_command("generate", "continue a prompt with a causal LM; print the continuation and save the trace "
+    gen = text_command("generate", "continue a prompt with a causal LM (builtin:lm, or hf:<id or folder>); print the continuation and save the trace "
                        "of prompt + continuation (.npz, with generation/* arrays: prompt_len, per-step top-5)",
                        model=None, out=".npz")
     gen.add_argument("--new-tokens", type=int, default=20, help="how many tokens to generate (default 20)")
@@ -231,7 +240,8 @@ def parser() -> argparse.ArgumentParser:
     help = "every head's statistics over a corpus (distributions per head, top texts), resumable"
     corpus = sub.add_parser("corpus", help=help, description=help)
     corpus.add_argument("--model", default="builtin:minilm", help="model key (default: builtin:minilm)")
-    corpus.add_argument("--input", required=True, help=".txt (a text per line, or blank-line separated), .csv, .jsonl or .parquet")
+    corpus.add_argument("--input", required=True, help=".txt (a text per line, or blank-line separated), .csv, .jsonl "
+                        "or .parquet; demo: the 400-sentence demo corpus that ships with attnviz")
     corpus.add_argument("--column", help="the text column of .csv/.jsonl/.parquet (default: text)")
     corpus.add_argument("--out", required=True, help="per-head table, .parquet or .csv; top texts go to <stem>.top<ext>, "
                         "finished shards to <out>.shards/ (a rerun skips them)")

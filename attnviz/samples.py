@@ -21,20 +21,29 @@ DATES = {  # the date task: written-out dates in, ISO dates out
     "No weekday": "the 3rd of January 2030",
     "Autumn": "Sunday, the 12th of October 1986",
 }
+STORIES = {  # builtin:lm's generated stories: their words only, and spans that come back (what induction heads copy)
+    "A story that repeats": "anna saw the red ball . then ben found the box in the garden . anna saw the red ball .",
+    "Two friends": "one day mia and leo made a cake . the cake was big , and the cup was blue . mia and leo made a cake",
+    "By the river": "the sleepy fox was by the river . then kim watched the fox by the river . the sleepy fox was",
+    "A run of words": "moon lamp brave hill cup moon lamp brave hill cup moon lamp brave",
+}
 # Compare starts with A's text against one that changes a single thing; texts not here start with B empty.
 CONTRASTS = {
     GENERAL["Coreference"]: "The animal didn't cross the street because it was too wide.",
     GENERAL["Syntax"]: "The key to the cabinets that the old man repaired is on the table.",
     GENERAL["Repetition"]: "Alice gave Bob a book. Later, Carol gave Dave a pen, and Erin thanked Frank.",
     GENERAL["Numbers"]: "On 6 April 2022 the team shipped version 3.0, one year after 2.0.",
-    **{text: other for pair in (REVIEWS, DATES) for text, other in zip(pair.values(), list(pair.values())[1:])},
+    **{text: other for pair in (REVIEWS, DATES, STORIES) for text, other in zip(pair.values(), list(pair.values())[1:])},
 }
 BY_MODEL = {
     "builtin:classifier": REVIEWS,
     "builtin:translator": DATES,
     "session:classifier": REVIEWS,  # trained on the Train page: the same tasks, the same words
     "session:translator": DATES,
+    "builtin:lm": STORIES,
+    "session:lm": STORIES,
 }
+ALL_SAMPLES = frozenset(t for texts in (GENERAL, *BY_MODEL.values()) for t in texts.values())
 UNKNOWN = frozenset({"[UNK]", "<unk>", "<UNK>"})  # the unknown-word tokens of WordPiece, SentencePiece, BPE vocabularies
 TOO_MANY_UNKNOWN = 1 / 5  # a larger share of unknown tokens leaves little to look at
 
@@ -45,6 +54,7 @@ def samples_for(model: str) -> dict[str, str]:
 
 
 def unknown_share(tokens, special) -> tuple[int, int]:
-    """(unknown tokens, tokens) among the tokens that are not special."""
-    words = [t for t, s in zip(tokens, special) if not s]
+    """(unknown tokens, tokens) among the tokens that are not special, the unknown ones counted whatever their
+    flag (some vocabularies mark [UNK] special)."""
+    words = [t for t, s in zip(tokens, special) if not s or t in UNKNOWN]
     return sum(t in UNKNOWN for t in words), len(words)

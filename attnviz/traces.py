@@ -60,6 +60,21 @@ def _check_index(name: str, value, count: int, model: str) -> None:
         raise ValueError(f"{name} {value!r} is out of range for {model or 'this model'} (0–{count - 1})")
 
 
+def _summary(trace) -> str:
+    """One screen about a trace: its model, tokens, stacks, capture and sizes (never its arrays)."""
+    shown = lambda t: ", ".join(repr(x[:20]) for x in t.tokens[:6]) + (", …" if t.n_tokens > 6 else "")  # noqa: E731
+    parts = [f"model={trace.model!r}", f"kind={trace.kind!r}"]
+    for name, s in stacks(trace).items():
+        q, k = s.weights.shape[2:]
+        parts.append(f"{name}: {s.weights.shape[0]} layers × {s.weights.shape[1]} heads × {q}×{k}")
+    sides = [trace] if trace.kind != "encoder-decoder" else [trace.encoder, trace.decoder]
+    for t in sides:
+        hidden = "none" if t.hidden_states is None else "×".join(map(str, t.hidden_states.shape))
+        parts.append(f"{t.n_tokens} tokens [{shown(t)}], hidden states {hidden}, norms {sorted(t.norms) or 'none'}")
+    parts += [f"capture={trace.capture!r}", f"truncated={trace.truncated}", f"{trace.nbytes / 2**20:.1f} MB held"]
+    return f"{type(trace).__name__}(" + "; ".join(parts) + ")"
+
+
 class Stack(NamedTuple):
     """One attention of a trace: its weights, the tokens along its rows and columns, causality."""
 
@@ -173,6 +188,7 @@ class AttentionTrace(_Heads):
             set_(name, value)
 
     __reduce__ = _reduce
+    __repr__ = _summary
 
     def stack(self, name: str | None = None) -> Stack:
         """The trace's one attention stack ("self"; None also names it)."""
@@ -234,6 +250,7 @@ class Seq2SeqTrace(_Heads):
             object.__setattr__(self, name, value)
 
     __reduce__ = _reduce
+    __repr__ = _summary
     kind = "encoder-decoder"
     STACKS = ("encoder", "decoder", "cross")
 

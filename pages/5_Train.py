@@ -11,7 +11,7 @@ from attnviz.settings import max_train_steps
 from attnviz.tasks import TASKS
 from attnviz.tokens import labels
 from attnviz.train import TrainConfig, train
-from attnviz.ui.frame import frame, register_session_model, session_models
+from attnviz.ui.frame import SESSION, frame, register_session_model, session_models
 from attnviz.ui.jobs import slot
 from attnviz.ui.share import code, plain
 
@@ -37,7 +37,7 @@ LM_ABOUT = (
 
 
 def session_key(task: str) -> str:
-    return f"session:{task}"
+    return f"{SESSION}{task}"
 
 
 def use_model(key: str) -> None:

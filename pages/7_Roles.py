@@ -7,7 +7,7 @@ from attnviz.export import file_stem
 from attnviz.figures.roles import role_grid
 from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame, plain
-from attnviz.ui.heads import cell_chart
+from attnviz.ui.heads import head_chart
 
 f = frame("Roles")
 st.title("Head roles")
@@ -52,14 +52,15 @@ if not causal:
 
 labels = {r: ROLES[r].label for r in ROLES if r in scores}
 where = "the standard probe" if scores is probe_scores else "your text"
-cell_chart(role_grid(scores, labels, f"Strongest role of each head, on {where} · click a head to open it"), "role_grid")
+head_chart(role_grid(scores, labels, f"Strongest role of each head, on {where} · click a head to open it"),
+           "role_grid", trace.stack(stack).weights.shape[1])
 
 with st.expander("What each role means"):
     st.markdown("\n".join(f"- **{role.label}**: {role.definition}. {role.reference}." for r, role in ROLES.items()
                           if r in labels))
     st.markdown(f"Scores are averaged over the query rows where a role is defined. The probe: {PROBE}.")
 
-table = role_table(text_scores, probe_scores)
+table = role_table(text_scores, probe_scores, by_probe=scores is probe_scores)
 st.dataframe(table, hide_index=True, key="role_table")
 st.download_button("Download the scores (CSV)", table.to_csv(index=False), f"{file_stem(f.key)}_roles.csv", "text/csv",
                    key="roles_csv", on_click="ignore")

@@ -12,6 +12,7 @@ from attnviz.tokens import clean, labels
 from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame, layer_head, plain
 from attnviz.ui.jobs import slot
+from attnviz.ui.share import check_link_value, linked_number
 
 f = frame("Generate")
 st.title("Generate")
@@ -24,12 +25,11 @@ st.markdown("The text in the sidebar is the prompt. The model continues it; then
             "continuation gives the attention shown, exactly what tracing the whole text would give.")
 
 c1, c2, c3, c4 = st.columns(4)
-n_new = c1.number_input("New tokens", 1, MAX_NEW_TOKENS, 20, key="gen_new", bind="query-params")
-temperature = c2.number_input("Temperature (0: greedy)", 0.0, 10.0, 0.0, 0.1, key="gen_temp", bind="query-params")
-top_k = c3.number_input("Top-k (0: all)", 0, 100_000, 0, key="gen_top_k", bind="query-params",
-                        disabled=temperature == 0)
-seed = c4.number_input("Seed", 0, 2**31 - 1, 0, key="gen_seed", bind="query-params", disabled=temperature == 0,
-                       help="The same seed gives the same sample, so a link reproduces it.")
+n_new = linked_number(c1, "New tokens", 1, MAX_NEW_TOKENS, "gen_new", value=20)
+temperature = linked_number(c2, "Temperature (0: greedy)", 0.0, 10.0, "gen_temp", value=0.0, step=0.1)
+top_k = linked_number(c3, "Top-k (0: all)", 0, 100_000, "gen_top_k", value=0, disabled=temperature == 0)
+seed = linked_number(c4, "Seed", 0, 2**31 - 1, "gen_seed", value=0, disabled=temperature == 0,
+                     help="The same seed gives the same sample, so a link reproduces it.")
 
 sampling = Sampling(int(n_new), float(temperature), int(top_k), int(seed))
 
@@ -51,6 +51,7 @@ if g.n_new == 0:
 names = labels(t.tokens)
 
 step = st.slider("Step: the generated token to look at", 1, g.n_new, 1, key="gen_step", bind="query-params")
+check_link_value("gen_step", step, "Step", f"one of 1–{g.n_new}")
 pos = g.prompt_len + step - 1  # the token generated at this step
 words = [html.escape(clean(tok)) for tok in t.tokens]
 spans = [f'<span style="color: {NEW_COLOUR if i >= g.prompt_len else "inherit"};'

@@ -12,7 +12,7 @@ from attnviz.figures import long as figs
 from attnviz.tokens import clean
 from attnviz.ui.frame import frame, layer_head
 from attnviz.ui.heads import head_chart
-from attnviz.ui.share import plain
+from attnviz.ui.share import linked_number, plain
 from attnviz.ui.long import cached_survey, detail, follow_point, follow_row, initial, long_trace, uploaded_text
 TOP_K = 10
 RANGE_LIMITS = {  # analyses that need every weight at once, with what they cost
@@ -53,16 +53,16 @@ detail(f.key, f.text, cap, small, layer, head, reduce, name)
 
 st.subheader("A token's reach")
 c1, c2 = st.columns([1, 2])
-word = c2.text_input("Find a word", key="find", help="Lists the positions of a token that reads this word.")
+word = c2.text_input("Find a word", key="find", help="Lists where each word that reads this starts, however the tokenizer cut it into pieces.")
 if word:
-    hits = long.find(tokens, word)
+    hits = long.find(tokens, word, stack.queries.word_ids)
     if hits:
         c2.caption(f"{len(hits):,} positions: " + ", ".join(f"{i:,}" for i in hits[:40]) + (" …" if len(hits) > 40 else ""))
         if c2.button(f"Go to the first ({hits[0]:,})", key="find_go"):
             st.session_state["token"] = hits[0]
     else:
-        c2.caption(f"No token reads {plain(word)!s}.")
-focus = int(c1.number_input("Token position", 0, T - 1, key="token", bind="query-params", **initial("token", min(1, T - 1))))
+        c2.caption(f"No word reads {plain(word)!s}.")
+focus = int(linked_number(c1, "Token position", 0, T - 1, "token", **initial("token", min(1, T - 1))))
 side = stack.name if stack.name != "self" else None
 row, col = f.trace.row(layer, head, focus, side), f.trace.column(layer, head, focus, side)  # (Tk,), (Tq,)
 st.plotly_chart(figs.reach_lines(row, col, focus, clean(tokens[focus]), name), key="long_reach",

@@ -89,7 +89,7 @@ def test_flow_into_a_chosen_token_and_its_length_limit(trace):
 
 def test_ablation_button_and_clicking_a_head_opens_it(trace):
     at = ok(run("pages/4_Analysis.py", text=TEXT))
-    assert "1 − cos" in at.markdown[-1].value
+    assert "1 − cos" in at.main.markdown[-1].value  # the sidebar has its own (the text box's limit)
     ok(at.button(key="ablate").click().run())
     scores, _ = head_importance(attnviz.load("builtin:minilm"), TEXT)
     heat, _ = charts(at)["importance_map"]["data"]

@@ -42,11 +42,11 @@ WIDTHS_JS = """() => {  // each chart's width and the main column's, and whether
 }"""
 
 
-def open_page(browser, url: str, width: int):
+def open_page(browser, url: str, width: int, timeout: int = TIMEOUT):
     context = browser.new_context(viewport={"width": width, "height": 1000})
     page = context.new_page()
-    page.goto(url, timeout=TIMEOUT)
-    page.locator(".js-plotly-plot").first.wait_for(timeout=TIMEOUT)
+    page.goto(url, timeout=timeout)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=timeout)
     settled(page, 1500, 120_000)
     return context, page
 
@@ -144,3 +144,59 @@ def test_the_cli_html_page_has_no_text_on_text(browser, tmp_path):
             assert page.title() == title
         finally:
             context.close()
+
+
+# Issue 33's pages, at the widths a newcomer met them: each chart named is checked for text on text and for labels too
+# close to read (axis labels piled up, dropped, or cell numbers wider than their cells).
+WORDS = quote(" ".join(["the river stone cloud light paper window garden music water"] * 12))  # 122 tokens
+SLOW = 300_000  # the Roles page runs the probe, the Long text page its survey: minutes on a busy machine
+CROWDED_CHECKS = {
+    "/Roles": ("role_grid",),
+    f"/Long_text?model=builtin%3Aseed&text={WORDS}": ("long_sinks", "long_delims", "long_window"),
+    "/": ("home_heatmap",),
+}
+
+
+@pytest.mark.parametrize("width", (1400, 800, 390))
+@pytest.mark.parametrize("path", list(CROWDED_CHECKS))
+def test_titles_clear_of_axes_and_labels_far_enough_apart_to_read(browser, app_url, path, width):
+    if path.startswith("/Long_text") and width == 390:
+        pytest.skip("a phone has no room for a window's token labels; the block map and the reach are its view")
+    context, page = open_page(browser, app_url + path, width, SLOW)
+    try:
+        page.set_viewport_size({"width": width, "height": 5000})
+        settled(page, 1000)
+        found = page.evaluate(CHECKS)
+        keys = CROWDED_CHECKS[path]
+        mine = lambda items: [i for i in items if i.split(":")[0] in keys]  # noqa: E731
+        assert not mine(found["overlaps"]) and not mine(found["cut"]) and not mine(found["crowded"]), found
+        plots = page.evaluate("""(keys) => keys.map(k => document.querySelector('.st-key-' + k + ' .js-plotly-plot'))
+            .filter(Boolean).map(gd => [gd._fullLayout.xaxis._length, gd.getBoundingClientRect().width])""", list(keys))
+        assert len(plots) == len(keys), plots
+        for plot, chart in plots:  # each plot area has most of its chart's width (a phone's home heatmap had 105 px)
+            assert plot >= 0.5 * chart, plots
+        shot(page, f"edges_{keys[0]}_{width}")
+    finally:
+        context.close()
+
+
+def test_a_head_clicked_on_roles_opens_on_the_attention_page_and_in_its_address(browser, app_url):
+    context, page = open_page(browser, f"{app_url}/Roles?text={TEXT}", 1400, SLOW)
+    try:
+        for layer, head in ((2, 7), (4, 3)):  # the second must not reopen the first
+            grid = page.locator(".st-key-role_grid .js-plotly-plot")
+            grid.wait_for(timeout=SLOW)
+            settled(page, 1000)
+            x, y = page.evaluate("""([l, h]) => {
+              const gd = document.querySelector('.st-key-role_grid .js-plotly-plot'), r = gd.getBoundingClientRect();
+              const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+              return [r.left + xa._offset + xa.l2p(h), r.top + ya._offset + ya.l2p(l)];
+            }""", [layer, head])
+            page.mouse.move(x, y)
+            page.mouse.click(x, y)
+            page.locator(".st-key-detail_self .gtitle", has_text=f"layer {layer}, head {head}").wait_for(timeout=SLOW)
+            page.wait_for_function(f"() => /[?&]layer={layer}(&|$)/.test(location.search) "
+                                   f"&& /[?&]head={head}(&|$)/.test(location.search)", timeout=SLOW)
+            page.get_by_test_id("stSidebarNav").get_by_role("link", name="Roles").click()
+    finally:
+        context.close()

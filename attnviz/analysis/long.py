@@ -14,7 +14,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from ..tokens import clean
+from ..tokens import clean, word_spans
 from .. import weights as _weights
 from ..capture import reducing
 from ..weights import Weights, block_counts, block_reduce
@@ -260,14 +260,16 @@ def top_keys(w: np.ndarray, k: int) -> np.ndarray:
     return top[np.argsort(-w[top], kind="stable")]
 
 
-def find(tokens, word: str) -> list[int]:
-    """Positions whose cleaned token equals ``word`` (case-insensitive), or contains it when none is equal."""
+def find(tokens, word: str, word_ids=None) -> list[int]:
+    """First positions of the words (tokens grouped by ``word_ids``; None: each token a word) that read ``word``
+    (case-insensitive), or contain it when none is equal: a word the tokenizer cut into pieces is found whole."""
     word = word.strip().lower()
     if not word:
         return []
-    cleaned = [clean(t).lower() for t in tokens]
-    equal = [i for i, c in enumerate(cleaned) if c == word]
-    return equal or [i for i, c in enumerate(cleaned) if word in c]
+    spans = word_spans(np.arange(len(tokens)) if word_ids is None else word_ids)
+    words = ["".join(clean(t).lower() for t in tokens[a:b]) for a, b in spans]
+    equal = [a for (a, _), w in zip(spans, words) if w == word]
+    return equal or [a for (a, _), w in zip(spans, words) if word in w]
 
 
 def context(tokens, position: int, width: int = 8) -> tuple[str, str, str]:

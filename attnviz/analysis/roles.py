@@ -178,14 +178,17 @@ def strongest(scores: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
     return np.stack([scores[r] for r in names]).argmax(0), names
 
 
-def role_table(scores: dict[str, np.ndarray], probe: dict[str, np.ndarray] | None = None):
-    """A pandas DataFrame, one row per head: layer, head, strongest role, each score (and each on the probe)."""
+def role_table(scores: dict[str, np.ndarray], probe: dict[str, np.ndarray] | None = None, by_probe: bool = False):
+    """A pandas DataFrame, one row per head: layer, head, strongest role (on the probe with ``by_probe``), each score
+    (and each on the probe)."""
     import pandas as pd
 
     L, H = scores["distance"].shape
     layer, head = np.divmod(np.arange(L * H), H)  # (L·H,)
     best, names = strongest(scores)
-    columns = {"strongest role": [ROLES[names[i]].label for i in best.ravel()]}
+    top, top_names = strongest(probe) if by_probe else (best, names)
+    columns = {"strongest role (probe)" if by_probe else "strongest role":
+               [ROLES[top_names[i]].label for i in top.ravel()]}
     columns.update({ROLES[r].label: scores[r].ravel() for r in names})
     columns["mean distance (tokens)"] = scores["distance"].ravel()
     for r in names if probe else ():

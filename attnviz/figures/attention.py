@@ -9,7 +9,8 @@ import plotly.graph_objects as go
 
 from ..views import StackView, colour_position, colour_top, focus_weights, head_weights, log_ticks
 from .analysis import head_map
-from .common import LABELS_BELOW, LINE_BREAK, NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, labels_margin, safe, top_title
+from .common import (KEY_BELOW, KEY_UNDER, LABELS_BELOW, LINE_BREAK, NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, labels_margin,
+                     right_of_key_under, safe, top_title)
 from .overview import MASK_COLOUR, head_grid
 
 # Above this many cells a log-scale heatmap sends its colours as uint8 (steps of 1/255) beside the float32
@@ -21,6 +22,7 @@ QUANTISE_ABOVE = 128 * 128
 def weights_heatmap(
     w: np.ndarray, y_labels, x_labels, title: str = "", *, y_title: str = "query", x_title: str = "key",
     masked: np.ndarray | None = None, log_scale: bool = False, full_range: bool = False, height: int | None = None,
+    key_below: bool = False,
 ) -> go.Figure:
     """A (rows, columns) heatmap of weights: colours from 0 up to the weights' own high quantile
     (``colour_top``, written on the colour bar), 0–1 with ``full_range``, or log10 with ``log_scale``.
@@ -28,7 +30,8 @@ def weights_heatmap(
     Labels must be unique per position (``attnviz.tokens.labels``) since the axes are categorical.
     ``masked`` (same shape, True on a suffix of each row) is drawn grey as "masked: future tokens".
     Hover shows the weight to three significant digits, also when colours are sent as uint8. ``height``: pixels
-    under the title and the top labels (default: 14 a row, 200–800).
+    under the title and the top labels (default: 14 a row, 200–800). ``key_below``: the colour bar lies under the
+    plot, leaving it the figure's whole width (a phone's 350 px left a 16-token head ~105 px beside the bar).
     """
     w = np.asarray(w, np.float32)
     if w.shape != (len(y_labels), len(x_labels)):
@@ -56,11 +59,20 @@ def weights_heatmap(
         title=title,
         xaxis=dict(title=x_title, type="category", tickangle=-60, side="top", automargin=True),
         yaxis=dict(title=y_title, type="category", autorange="reversed", automargin=True),
-        margin=dict(l=labels_margin(y_ticks), r=SIDE_KEY, t=top, b=LABELS_BELOW),
+        margin=dict(l=labels_margin(y_ticks), r=right_of_key_under(x_ticks) if key_below else SIDE_KEY, t=top,
+                    b=LABELS_BELOW),
         height=top + (min(800, 200 + 14 * len(y_labels)) if height is None else height),
     )
-    if masked is not None and np.asarray(masked).any():
+    bar = dict(title=bar_title, tickvals=[t * zmax for t in ticks], ticktext=text)
+    caption = masked is not None and np.asarray(masked).any()
+    if caption:
         layout |= _mask_layout(np.asarray(masked, bool), layout["margin"])
+    if key_below:  # in the bottom margin, under the mask's caption when there is one
+        bar |= KEY_UNDER | dict(ypad=KEY_UNDER["ypad"] + (26 if caption else 0),
+                                title=dict(text=bar_title.replace(LINE_BREAK, " "), side="top"))
+        layout["margin"] = layout["margin"] | dict(b=layout["margin"]["b"] + KEY_BELOW - LABELS_BELOW)
+        layout["height"] += KEY_BELOW - LABELS_BELOW
+        layout["xaxis"]["tickfont"] = dict(size=11)  # plotly labels every token while each has 13 px (12 px: 14)
     return go.Figure(
         go.Heatmap(
             z=z,
@@ -70,7 +82,7 @@ def weights_heatmap(
             zmin=0,
             zmax=zmax,
             colorscale=PROB_SCALE,
-            colorbar=dict(title=bar_title, tickvals=[t * zmax for t in ticks], ticktext=text),
+            colorbar=bar,
             hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>weight {weight}<extra></extra>",
         ),
         layout=layout,

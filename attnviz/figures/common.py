@@ -32,6 +32,18 @@ LEGEND_BELOW = 92  # an axis of numbers, its title and a one-row legend under th
 SIDE_KEY = 124  # a colour bar and its labels, or a legend of short names, right of the plot
 EDGE = 28  # a line chart's last tick label, centred on the plot's right edge
 LABELS_BELOW = 20  # an axis of labels beside the plot: its last label, centred on the plot's bottom edge
+KEY_BELOW = 112  # a horizontal colour bar under the plot (KEY_UNDER): its title, the bar and its tick labels
+# A colour bar laid under the plot, leaving the plot the figure's whole width (a phone's 350 px chart left a 16-token
+# head ~105 px beside a vertical bar); its title above it, from the plot's left edge.
+# It spans 85% of the plot, so that its last tick label stays inside the figure.
+KEY_UNDER = dict(orientation="h", thickness=12, len=0.85, x=0, xanchor="left", y=0, yanchor="top", ypad=16,
+                 title=dict(side="top"))
+
+
+def right_of_key_under(top_labels) -> int:
+    """The right margin beside a plot with KEY_UNDER and slanted ``top_labels``: the last label's reach past the
+    plot's right edge (cos 60° of its length)."""
+    return int(max(EDGE, longest_label(list(top_labels)[-1:]) * 0.5 + 12))
 
 
 def longest_label(labels) -> int:

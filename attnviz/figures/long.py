@@ -13,13 +13,14 @@ import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
 from ..tokens import clean
-from .common import (EDGE, LABELS_BELOW, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, labels_margin,
-                     safe)
+from .common import (EDGE, KEY_BELOW, KEY_UNDER, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE,
+                     SIDE_KEY, labels_margin, right_of_key_under, safe, top_title)
 
 OVERVIEW_PIXELS = 100_000  # the mosaic's pixel budget: ≲ 0.35 MB of PNG (noise-like maps) for any number of heads
 QUANTILE = 99.5  # colour ranges run up to this percentile of what is drawn, written on the figure
-WINDOW_TICKS = 64  # a window labels at most this many tokens down its query axis (12 px a row)…
-WINDOW_KEY_TICKS = 24  # …and this many along its key axis, whose slanted labels need ~15 px each across a column
+WINDOW_TICKS = 64  # a window labels at most this many tokens down its query axis (WINDOW_ROW px a label)…
+WINDOW_KEY_TICKS = 16  # …and this many along its key axis: slanted labels need ~12 px each (~200 px at 800)
+WINDOW_ROW = 15  # pixels per labelled row of a window: a 12 px label and a gap (at 12 px a row, 64 labels piled up)
 SHADED = 400  # the most tokens the reach text shades
 REDUCES = {"max": "block max", "mean": "block mean"}
 
@@ -130,9 +131,11 @@ def window_heatmap(w: np.ndarray, start: int, tokens, title: str) -> go.Figure:
 
     (yticks, ytext), (xticks, xtext) = ticks(WINDOW_TICKS), ticks(WINDOW_KEY_TICKS)
     top = colour_top(w)
-    height = min(940, 360 + 12 * min(n, WINDOW_TICKS))
+    height = 250 + KEY_BELOW + max(300, WINDOW_ROW * len(yticks))  # the top margin, the colour bar, the rows
     return go.Figure(go.Heatmap(
-        z=np.asarray(w, np.float32), x=pos, y=pos, zmin=0, zmax=top, colorscale=PROB_SCALE, colorbar=_colour_bar(top),
+        z=np.asarray(w, np.float32), x=pos, y=pos, zmin=0, zmax=top, colorscale=PROB_SCALE,
+        # Under the plot: beside it, the bar took a third of an 800 px window.
+        colorbar=_colour_bar(top) | KEY_UNDER | dict(title=dict(text="weight", side="top")),
         hovertemplate="query %{y} · key %{x}<br>weight %{z:.5f}<extra></extra>",
     ), layout=dict(
         # The title sits 65 px down (Streamlit's chart toolbar hides the top strip) and names the key axis itself:
@@ -143,7 +146,7 @@ def window_heatmap(w: np.ndarray, start: int, tokens, title: str) -> go.Figure:
         # hide those past the figure's edge (0.44 s of a zoom's 1 s in Chromium); the margins already fit them.
         xaxis=dict(side="top", tickvals=xticks, ticktext=xtext, tickangle=-60, ticklabeloverflow="allow"),
         yaxis=dict(title="query", tickvals=yticks, ticktext=ytext, autorange="reversed", ticklabeloverflow="allow"),
-        margin=dict(l=labels_margin(ytext), r=SIDE_KEY, t=250, b=LABELS_BELOW), height=height,
+        margin=dict(l=labels_margin(ytext), r=right_of_key_under(xtext), t=250, b=KEY_BELOW), height=height,
     ))
 
 
@@ -208,15 +211,17 @@ def sink_grid(share: np.ndarray, threshold: float, what: str = "the first token"
     """(L, H) share of each head's weight on ``what``; heads at or above ``threshold`` are marked ●."""
     L, H = share.shape
     marks = np.where(share >= threshold, "●", "")
+    title, top = top_title(f"share of attention to {html.escape(what, quote=False)} · ● at least {threshold:.0%}: "
+                           "an attention sink (Xiao et al. 2023)")
     return go.Figure(go.Heatmap(
         z=np.asarray(share, np.float32), x=np.arange(H), y=np.arange(L), zmin=0, zmax=1, colorscale=PROB_SCALE,
         text=marks, texttemplate="%{text}", colorbar=dict(title="share"),
         hovertemplate=f"layer %{{y}}, head %{{x}}<br>%{{z:.1%}} of its weight on {what}<extra></extra>",
     ), layout=dict(
-        title=f"share of attention to {what} · ● at least {threshold:.0%}: an attention sink (Xiao et al. 2023)",
+        title=title,
         xaxis=dict(title="head", tickvals=list(range(H)), side="top"),
         yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed"),
-        height=int(min(700, 160 + 36 * L)), margin=dict(l=NUMBERS_LEFT, r=SIDE_KEY, t=80, b=10),
+        height=top + int(min(620, 80 + 36 * L)), margin=dict(l=NUMBERS_LEFT, r=SIDE_KEY, t=top, b=10),
     ))
 
 

@@ -15,15 +15,12 @@ import streamlit as st
 from attnviz import settings
 from attnviz.backends import DEFAULT_MODEL, list_models, normalise, open_model
 from attnviz.backends.common import check_text
-from attnviz.samples import GENERAL, samples_for
+from attnviz.samples import ALL_SAMPLES, samples_for
 from attnviz.ui import collect, heads, share
 from attnviz.ui.readable import unknown_note
 from attnviz.ui.share import plain
 
 log = logging.getLogger("attnviz")
-
-SAMPLES = GENERAL
-DEFAULT_TEXT = SAMPLES["Coreference"]
 
 
 # Columns that hold a chart stack once two of them no longer fit side by side (Streamlit itself stacks
@@ -99,9 +96,17 @@ def register_session_model(key: str, backend) -> None:
     st.session_state.pop("session_traces", None)
 
 
+SESSION = "session:"  # the key prefix of models trained on the Train page, which last as long as their session
+
+
 def resolve(key: str):
     """The backend behind a key: this session's own models first, then the shared cache."""
-    return session_models().get(key) or get_model(key)
+    if key in session_models():
+        return session_models()[key]
+    if key.startswith(SESSION):
+        raise ValueError(f"{key} was trained on the Train page in an earlier session, and a model trained there "
+                         "lasts only as long as its session (a reload starts a new one). Train it again there")
+    return get_model(key)
 
 
 def offered(key: str):
@@ -141,6 +146,14 @@ def _use_sample():
         st.session_state["text"] = samples[name]
 
 
+def _model_changed() -> None:
+    """A sample text the new model cannot read (another model's) becomes the new model's first sample."""
+    ours = samples_for(st.session_state.get("model") or DEFAULT_MODEL)
+    text = st.session_state.get("text")
+    if text in ALL_SAMPLES and text not in ours.values():
+        st.session_state["text"] = next(iter(ours.values()))
+
+
 def sidebar() -> tuple[str, str]:
     """Model picker, samples and text box; returns (model key, text)."""
     with st.sidebar:
@@ -149,7 +162,7 @@ def sidebar() -> tuple[str, str]:
             model_options(),
             key="model",
             accept_new_options=not share.locked(),
-            bind="query-params",
+            bind="query-params", on_change=_model_changed,
             help="The models this demo offers." if share.locked() else
                  "A built-in model, or type a Hugging Face id (hf:gpt2) or a local folder and press Enter.",
         )
@@ -158,12 +171,16 @@ def sidebar() -> tuple[str, str]:
         # The text gets its value one way, through session state (a default beside a value that a page
         # switch or a sample sets makes Streamlit log a warning); a link's text still wins on a first run.
         if "text" not in st.session_state and "text" not in st.query_params:
-            st.session_state["text"] = DEFAULT_TEXT
+            st.session_state["text"] = next(iter(samples_for(key or DEFAULT_MODEL).values()))
         text = st.text_area(
             "Text", key="text", height=160, bind="query-params", max_chars=share.max_chars(),
             help=f"Press Ctrl+Enter (or click outside) to run. At most {share.max_chars():,} characters: "
                  "a longer paste is refused whole.",
         )
+        # The browser refuses a longer paste whole, without telling the server: say so before it happens (in grey
+        # Markdown, not a caption: the page's first caption is its status line).
+        st.markdown(f":gray[A paste over {share.max_chars():,} characters is refused whole and the box keeps its "
+                    "text; a longer document goes in the Long text page's upload.]")
     return (key or DEFAULT_MODEL), text
 
 

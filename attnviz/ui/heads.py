@@ -8,31 +8,32 @@ from functools import partial
 import streamlit as st
 
 ATTENTION_PAGE = "pages/1_Attention.py"
-_PENDING = "open_head_page"  # session-state key: the page a click asked to open, switched to on the next run
+_PENDING = "open_head_page"  # session-state key: the page a click asked to open and its head, opened on the next run
 
 
 def clicked_head(points: list, n_heads: int) -> tuple[int, int] | None:
     """(layer, head) of the first selected point, from its index in the layer-major grid."""
-    if not points or "point_index" not in points[0]:
+    if not points or not isinstance(points[0].get("point_index"), int):  # a heatmap cell's index is a pair
         return None
-    layer, head = divmod(int(points[0]["point_index"]), n_heads)
+    layer, head = divmod(points[0]["point_index"], n_heads)
     return layer, head
 
 
-def open_head(layer: int, head: int) -> None:
-    """Point the layer and head pickers at (layer, head), on this page and on the next one."""
+def open_head(layer: int, head: int, page: str | None = None) -> None:
+    """Point the layer and head pickers at (layer, head), on this page and on the next one; with ``page``, open
+    that page on the next run (call from a widget's callback: a chart's click, a button's "Open")."""
     st.session_state["layer"], st.session_state["head"] = layer, head
     # A page switch restores the pickers from the values kept for the next page (frame.carry_over):
     # keep the clicked head there too, or the next page reopens whatever head was shown before.
     st.session_state.setdefault("shared_values", {}).update(layer=layer, head=head)
+    if page is not None:
+        st.session_state[_PENDING] = (page, layer, head)
 
 
 def _on_select(chart_key: str, n_heads: int, page: str | None) -> None:
     picked = clicked_head(st.session_state[chart_key].selection.points, n_heads)
     if picked is not None:
-        open_head(*picked)
-        if page is not None:
-            st.session_state[_PENDING] = page
+        open_head(*picked, page=page)
 
 
 def head_chart(fig, key: str, n_heads: int, page: str | None = ATTENTION_PAGE, where=st) -> None:
@@ -61,7 +62,9 @@ def open_text(text: str, layer: int, head: int, page: str = ATTENTION_PAGE) -> N
 
 
 def follow_click() -> None:
-    """Call before drawing a page: switches to the page a head click asked for."""
-    page = st.session_state.pop(_PENDING, None)
-    if page is not None:
-        st.switch_page(page, query_params={})
+    """Call before drawing a page: switches to the page a head click asked for, its layer and head in the address
+    (a copied link reopens that head)."""
+    pending = st.session_state.pop(_PENDING, None)
+    if pending is not None:
+        page, layer, head = pending
+        st.switch_page(page, query_params={"layer": str(layer), "head": str(head)})

@@ -21,7 +21,7 @@ from attnviz.ui import jobs
 from attnviz.ui.derived import nbytes
 from attnviz.weights import TILE_FLOATS
 from attnviz.ui.frame import BAR_KEY, resolve
-from attnviz.ui.share import max_chars
+from attnviz.ui.share import linked_number, max_chars
 
 MAX_UPLOAD_BYTES = 2 * 2**20  # a .txt or .md of 2 MB is far more text than 16,384 tokens
 
@@ -198,13 +198,17 @@ def initial(key: str, value: int) -> dict:
 
 
 def zoom_to_box(n_tokens: int) -> None:
-    """A box dragged on the block map: the window becomes the tokens it spans (at most WINDOW_MAX)."""
+    """A box dragged on the block map: the window becomes the tokens it spans (at most WINDOW_MAX). A drag of a few
+    pixels on one side is a band across the whole of the other axis (plotly's one-axis selection): that axis is left out."""
     boxes = st.session_state["long_blocks"].selection.box
     if boxes:
-        (x0, x1), (y0, y1) = sorted(boxes[0]["x"]), sorted(boxes[0]["y"])
-        first = int(np.clip(min(x0, y0), 0, n_tokens - 1))
+        spans = [sorted(boxes[0][a]) for a in ("x", "y") if len(boxes[0].get(a) or ()) == 2]
+        spans = [s for s in spans if s[1] - s[0] < 0.99 * n_tokens] or spans  # (lo, hi) per axis the drag chose
+        if not spans:
+            return
+        first = int(np.clip(min(lo for lo, _ in spans), 0, n_tokens - 1))
         st.session_state["zoom_start"] = first
-        st.session_state["zoom_size"] = int(np.clip(np.ceil(max(x1, y1)) - first, 1, WINDOW_MAX))
+        st.session_state["zoom_size"] = int(np.clip(np.ceil(max(hi for _, hi in spans)) - first, 1, WINDOW_MAX))
 
 
 def follow_point() -> None:
@@ -227,20 +231,24 @@ def detail(key: str, text: str, cap: int, overview: int, layer: int, head: int |
     keys, not the trace: a fragment lives in the session's state."""
     stack = long_trace(key, text, cap).stack(None)
     survey, T = cached_survey(stack, overview), stack.queries.n_tokens
+    # The window's default size follows the text (a short text's 16 stays no longer than that text does).
+    default, before = min(64, T), st.session_state.get("zoom_default")
+    if before is not None and before != default and st.session_state.get("zoom_size") == before:
+        st.session_state["zoom_size"] = default
+    st.session_state["zoom_default"] = default
     c1, c2 = st.columns(2)
-    start = c1.number_input("Window from token", 0, T - 1, key="zoom_start", bind="query-params",
-                            **initial("zoom_start", 0))
-    size = c2.number_input("Window size", 1, WINDOW_MAX, key="zoom_size", bind="query-params",
-                           help=f"At most {WINDOW_MAX} tokens: every cell is drawn with its exact weight.",
-                           **initial("zoom_size", min(64, T)))
+    start = linked_number(c1, "Window from token", 0, T - 1, "zoom_start", **initial("zoom_start", 0))
+    size = linked_number(c2, "Window size", 1, WINDOW_MAX, "zoom_size",
+                         help=f"At most {WINDOW_MAX} tokens: every cell is drawn with its exact weight.",
+                         **initial("zoom_size", default))
     start, stop = int(start), min(T, int(start) + int(size))
     blocks = (survey.layer_max[layer] if reduce == "max" else survey.pooled("detail", reduce)[layer].mean(0)) \
         if head is None else survey.pooled("detail", reduce)[layer, head]  # (s, s)
-    left, right = st.columns(2)
-    left.plotly_chart(figs.blocks_heatmap(blocks, survey.starts["detail"], survey.block("detail"), T, name, reduce,
-                                          (start, stop)), key="long_blocks", on_select=partial(zoom_to_box, T),
-                      selection_mode="box")
+    # One above the other: beside the block map, a window's 24 key labels and 64 rows had ~160 px.
+    st.plotly_chart(figs.blocks_heatmap(blocks, survey.starts["detail"], survey.block("detail"), T, name, reduce,
+                                        (start, stop)), key="long_blocks", on_select=partial(zoom_to_box, T),
+                    selection_mode="box")
     w = window(stack.weights, layer, head, start, stop)  # (n, n) exact
-    right.plotly_chart(figs.window_heatmap(w, start, stack.queries.tokens, name), key="long_window")
-    right.caption(f"These rows keep {w.sum(1).mean():.1%} of their weight inside the window on average; "
-                  "the rest goes to tokens outside it.")
+    st.plotly_chart(figs.window_heatmap(w, start, stack.queries.tokens, name), key="long_window")
+    st.caption(f"These rows keep {w.sum(1).mean():.1%} of their weight inside the window on average; "
+               "the rest goes to tokens outside it.")

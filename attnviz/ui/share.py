@@ -157,7 +157,8 @@ def read_link() -> None:
     """Call at the top of every run: keeps a new session's raw link parameters and applies a fallback."""
     link = st.session_state.get(_LINK)
     if link is None:
-        st.session_state[_LINK] = {"raw": {k: st.query_params.get_all(k) for k in LINK_KEYS}, "fresh": True}
+        raw = {k: st.query_params.get_all(k) for k in {*LINK_KEYS, *st.query_params.keys()}}  # pages' own keys too
+        st.session_state[_LINK] = {"raw": raw, "fresh": True}
         if why := _over_limit():  # Streamlit dropped the whole link without a word
             note(f"This link has {why}, so none of it could be used; showing the default view.")
         return
@@ -201,7 +202,7 @@ def check_link(key: str, default: str, load) -> None:
                 with st.spinner(f"Loading {key}…"):
                     load(key)
             except Exception as e:  # unknown key, missing files, a hub error: all mean "not this model"
-                why = "" if public() else f": {code(e)}"
+                why = "" if public() else f": {code(str(e).rstrip('.'))}"  # the note adds its own full stop
                 _fall_back("model", default, f"The link's model {code(key)} could not be opened{why}. "
                                              f"Showing {default}.")
     text, limit = _raw("text"), max_chars()
@@ -228,6 +229,33 @@ def check_link_index(name: str, value, count: int) -> None:
     else:
         reason = f"is out of range for {model} (0–{count - 1})"
     note(f"{name.capitalize()} {code(asked[:40])} in the link {reason}; showing {name} {value}.")
+
+
+def _number(value) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _same(raw: str, value) -> bool:
+    try:
+        return float(raw) == float(value)
+    except (TypeError, ValueError):
+        return raw == str(value)
+
+
+def check_link_value(name: str, value, label: str, allowed: str) -> None:
+    """A note when the link's ``name`` (a page's own widget, shown as ``label``) was dropped: ``allowed`` says
+    what the widget takes, ``value`` is what it shows instead."""
+    raw = _raw(name)
+    if raw and not _same(raw[-1], value):
+        note(f"{label}: {code(raw[-1][:40])} in the link is not {allowed}; showing {code(_number(value))}.")
+
+
+def linked_number(where, label: str, low, high, key: str, **options):
+    """``where.number_input`` bound to the link, with a note when the link's value was out of its range."""
+    value = where.number_input(label, low, high, key=key, bind="query-params", **options)
+    kind = "a whole number" if isinstance(low, int) else "a number"
+    check_link_value(key, value, label, f"{kind} from {_number(low)} to {_number(high)}")
+    return value
 
 
 def link(**state) -> str:
