@@ -75,8 +75,8 @@ def test_a_model_switch_trades_a_sample_for_the_new_models_own():
     ok(at)
     assert at.text_area(key="text").value == next(iter(STORIES.values()))
     assert not at.warning  # every word known: no unknown-token note
-    continuation = at.session_state["generation"]["result"]
-    assert "[UNK]" not in continuation.trace.tokens
+    shown = " ".join(h.proto.body for h in at.get("html"))  # prompt ‖ continuation, token by token
+    assert "‖" in shown and "[UNK]" not in shown
     at.text_area(key="text").set_value("my own words").run()  # a text the visitor typed stays
     at.selectbox(key="model").set_value("builtin:minilm").run()
     assert at.text_area(key="text").value == "my own words"

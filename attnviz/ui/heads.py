@@ -41,24 +41,11 @@ def head_chart(fig, key: str, n_heads: int, page: str | None = ATTENTION_PAGE, w
     where.plotly_chart(fig, key=key, on_select=partial(_on_select, key, n_heads, page), selection_mode="points")
 
 
-def _on_cell(chart_key: str, page: str) -> None:
-    points = st.session_state[chart_key].selection.points
-    if points and {"x", "y"} <= points[0].keys():  # the cell's coordinates (customdata arrives as a dict)
-        open_head(int(points[0]["y"]), int(points[0]["x"]))
-        st.session_state[_PENDING] = page
-
-
-def cell_chart(fig, key: str, page: str = ATTENTION_PAGE) -> None:
-    """Draw ``fig``, a grid of layers (y) × heads (x); a click on a cell opens that head on ``page``."""
-    st.plotly_chart(fig, key=key, on_select=partial(_on_cell, key, page), selection_mode="points")
-
-
 def open_text(text: str, layer: int, head: int, page: str = ATTENTION_PAGE) -> None:
     """A button's callback: open ``text`` at (layer, head) on ``page``."""
     st.session_state["text"] = text
     st.session_state.setdefault("shared_values", {})["text"] = text
-    open_head(layer, head)
-    st.session_state[_PENDING] = page
+    open_head(layer, head, page)
 
 
 def follow_click() -> None:
