@@ -30,7 +30,7 @@ st.markdown(
 )
 by_name = {NAMES.get(k, k): k for k in stats}
 stat = by_name[st.selectbox("Statistic", list(by_name), key="norm_stat", bind="query-params")]
-st.caption(f"{STATS[stat]} (`{stat}` in the table). How to read it: one row per layer, one column per token; "
+st.caption(f"{STATS[stat]} (`{stat}` in the CSV). How to read it: one row per layer, one column per token; "
            "brighter is larger, so a bright column is a token this statistic singles out in every layer.")
 st.plotly_chart(stat_heatmap(stats[stat], names, NAMES.get(stat, stat), share=stat == "attn_share"),
                 key="norm_heatmap")
@@ -64,6 +64,8 @@ else:
 
 st.header("Table")
 table = norm_table(trace)
-st.dataframe(table, hide_index=True, height=320, key="norm_table")
+# People read the headers; the CSV keeps the column names, which programs read.
+headers = {"token_index": "position", **{k: NAMES[k] for k in table.columns if k in NAMES}}
+st.dataframe(table, hide_index=True, height=320, key="norm_table", column_config=headers)
 stem = re.sub(r"[^A-Za-z0-9]+", "-", f.key).strip("-")
 st.download_button("Download CSV", table.to_csv(index=False), f"norms-{stem}.csv", "text/csv", key="norm_csv")

@@ -222,3 +222,14 @@ def test_norms_speaks_plainly():
     assert {"residual stream entering the layer", "attention update"} <= {
         c["name"] for c in charts["residual stream and the updates added to it"]["data"]}
     assert sum("How to read" in c.value for c in at.caption) == 3  # one line per chart (the pair shares one)
+
+
+def test_norms_table_headers_are_words_and_the_csv_keeps_the_names():
+    at = _run("3_Norms", text=TEXT)
+    _ok(at)
+    headers = json.loads(at.dataframe[0].proto.columns)
+    table = at.dataframe[0].value
+    named = [c for c in table.columns if "_" in c]  # machine names such as ln1_in_mean, residual_in
+    assert named and all(headers[c]["label"] == NAMES.get(c, "position") for c in named)
+    assert not [h for h in headers.values() if "_" in h.get("label", "")]
+    assert "ln1_in_mean" in table.columns  # the data (and so the CSV) keeps the names programs read

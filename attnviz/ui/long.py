@@ -29,6 +29,7 @@ MAX_UPLOAD_BYTES = 2 * 2**20  # a .txt or .md of 2 MB is far more text than 16,3
 def uploaded_text(text: str) -> str:
     """The uploaded file's text when there is one (a plain message when it cannot be read), else ``text``."""
     file = st.file_uploader("…or upload a document (.txt, .md)", type=["txt", "md"], key="upload",
+                            max_upload_size=MAX_UPLOAD_BYTES // 2**20,  # refused before it is buffered
                             help="An uploaded document replaces the text box's text (which takes at most "
                                  f"{max_chars():,} characters); links cannot carry it.")
     if file is None:
