@@ -19,7 +19,7 @@ from server import short
 
 # In order: payload writes bertviz's HTML that browser opens.
 SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "analysis_speed", "on_demand", "corpus",
-           "long_browser", "dtype_memory"]
+           "long_browser", "dtype_memory", "interventions", "notebook_payload", "faithfulness"]
 MINILM = "builtin:minilm"
 
 
