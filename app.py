@@ -40,5 +40,6 @@ def home() -> None:
     downloads(f.trace, fig, layer, head)
 
 
+# expanded: Streamlit would fold a list of more than ten pages behind "View more", hiding the newest ones
 st.navigation([st.Page(home, title="Home", default=True),
-               *(st.Page(str(p.relative_to(Path(__file__).parent))) for p in PAGES)]).run()
+               *(st.Page(str(p.relative_to(Path(__file__).parent))) for p in PAGES)], expanded=True).run()

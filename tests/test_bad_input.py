@@ -44,6 +44,9 @@ TEXTS = {
     "special-only": "[CLS] [SEP]",
 }
 EMPTY_CASES = {"empty", "whitespace", "invisible"}
+# MiniLM reads each emoji as [UNK] (3 of 7 tokens): the page says so, whatever [UNK]'s special flag (issue 33)
+UNKNOWN_CASES = {"emoji-zwj"}
+UNKNOWN = "unknown to this model"
 TAG = re.compile(r"</?[A-Za-z][^<>]*>")
 TEMPLATE_KEYS = {"hovertemplate", "texttemplate"}
 
@@ -146,7 +149,7 @@ def test_typed_text(page, case):
         assert at.text_area(key="text").value == text
         return
     kept = text[:DEFAULT_MAX_CHARS]  # the server keeps 20,000 characters (the browser refuses a longer paste)
-    assert_kept(at, kept)
+    assert_kept(at, kept, (UNKNOWN,) if case in UNKNOWN_CASES else ())
     ref = attnviz.trace(kept)
     status = at.caption[0].value
     assert f"· {ref.n_tokens} tokens" in status
@@ -280,14 +283,20 @@ LINKS = {
 }
 
 
+# A page's own notes on the text itself: they stay after the link's notes are gone.
+PAGE_NOTES = {("pages/12_Faithfulness.py", "huge-text"): ["an operator can raise the budget with ATTNVIZ_MAX_FORWARDS"]}
+
+
 @pytest.mark.parametrize("page", PAGES[1:])
 @pytest.mark.parametrize("case", list(LINKS))
 def test_bad_link(page, case):
     params, text, notes = LINKS[case]
+    own = PAGE_NOTES.get((page, case), [])
     at = run(page, **params)
-    assert_kept(at, text, notes)
+    assert_kept(at, text, notes + own)
     at.run()  # the user's next run: the link's notes are gone
-    assert not at.exception and not at.warning
+    warnings = [plain(w.value) for w in at.warning]
+    assert not at.exception and len(warnings) == len(own) and all(any(n in w for w in warnings) for n in own)
 
 
 LAYER_PAGES = [p for p in PAGES[1:] if "layer_head(" in (ROOT / p).read_text()]

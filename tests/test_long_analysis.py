@@ -112,11 +112,8 @@ def test_a_model_held_eager_hands_nothing_over_and_the_page_surveys_it_after(tin
     backend._use("eager")
     trace, reducer = long.traced(backend, TEXT, detail=7)
     assert trace.capture == "eager" and reducer.layers == [] and not reducer.complete(trace.weights.shape)
-    page._LONG["eager test"] = page._Entry(backend, trace, reducer, {})
-    try:
-        got = page.cached_survey(trace.stack(None), 5)
-    finally:
-        page._LONG.pop("eager test")
+    page._SURVEYS[trace.stack(None).weights] = page._Survey(reducer, {})  # the pairing long_trace makes
+    got = page.cached_survey(trace.stack(None), 5)
     assert_same_survey(got, long.survey(trace.weights, 5, page.DETAIL), rtol=1e-6)
 
 
