@@ -57,7 +57,10 @@ FFN = ("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_d
 POSITIONS = ("max_position_embeddings", "n_positions", "max_seq_len", "max_encoder_position_embeddings",
              "max_decoder_position_embeddings", "n_ctx", "seq_length", "max_sequence_length")
 EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-TOP_K = ("num_experts_per_tok", "top_k", "moe_topk", "moe_k", "num_selected_experts")
+TOP_K = ("num_experts_per_tok", "num_experts_per_token", "top_k", "moe_topk", "moe_k", "num_selected_experts")
+# Linear-attention layers of hybrid models (Kimi, Bailing): their own heads, as many and as wide as attention's.
+LINEAR_HEADS = ("linear_num_heads",)
+LINEAR_HEAD_DIM = ("linear_head_dim",)
 WINDOWS = ("sliding_window", "window_size", "local_window_size", "attention_window")
 LORA = ("kv_lora_rank", "q_lora_rank")
 
@@ -85,6 +88,11 @@ OVERRIDES = {
     "deberta": dict(relative_attention=True, pos_att_type=["p2c", "c2p"], max_relative_positions=16),
     "longt5": dict(local_radius=4, global_block_size=4),
     "switch_transformers": dict(num_sparse_encoder_layers=1, num_sparse_decoder_layers=1, num_experts=4),
+    # Multimodal rotary sections (time, height, width) that sum to half the rotary width of a 16-wide head.
+    "glm4v_text": dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])),
+    "glm4v_moe_text": dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
+                                                mrope_section=[2, 1, 1])),
+    "cosmos3_edge_text": dict(rope_parameters=dict(rope_type="default", rope_theta=1e8, mrope_section=[4, 2, 2])),
 }
 # Variants of a family whose shape differs from its default config (opt-350m's narrower embeddings, ALiBi Falcon).
 VARIANTS = {
@@ -162,11 +170,13 @@ def shrink(model_type: str, **extra):
     want = {}
     for names, value in ((LAYERS, s["layers"]), (HEADS, s["heads"]), (KV_HEADS, s["kv_heads"]),
                          (WIDTH, s["width"]), (HEAD_DIM, s["head_dim"]), (FFN, s["ffn"]),
-                         (POSITIONS, s["positions"]), (EXPERTS, 4), (TOP_K, 2), (LORA, 16), (WINDOWS, s["window"])):
+                         (POSITIONS, s["positions"]), (EXPERTS, 4), (TOP_K, 2), (LORA, 16), (WINDOWS, s["window"]),
+                         (LINEAR_HEADS, s["heads"]), (LINEAR_HEAD_DIM, s["head_dim"])):
         for name in names:
             if isinstance(default.get(name), int) and not isinstance(default.get(name), bool):
                 want[name] = value
-    for name, value in (("num_key_value_heads", s["kv_heads"]), ("head_dim", s["head_dim"])):
+    for name, value in (("num_key_value_heads", s["kv_heads"]), ("head_dim", s["head_dim"]),
+                        *((e, 4) for e in EXPERTS), *((k, 2) for k in TOP_K)):
         if name in default and default[name] is None:
             want[name] = value
     if isinstance(default.get("rotary_dim"), int):
@@ -181,15 +191,17 @@ def shrink(model_type: str, **extra):
 
     want["vocab_size"] = len(tokenizer("bert"))
     n = want.get("num_hidden_layers", s["layers"])
-    for name in ("layer_types", "attention_layers", "block_types", "layers_block_type", "hybrid_override_pattern"):
+    for name in ("layer_types", "mlp_layer_types", "attention_layers", "block_types", "layers_block_type",
+                 "hybrid_override_pattern"):
         if isinstance(default.get(name), list) and default[name]:
             kinds = _layer_types(default[name], n)
             want[name] = kinds
             for layers in LAYERS:
                 if layers in want:
                     want[layers] = len(kinds)
-    for name in ("n_group", "topk_group", "n_shared_experts", "first_k_dense_replace", "num_shared_experts"):
-        if isinstance(default.get(name), int) and default[name] > 1:
+    for name in ("n_group", "topk_group", "n_shared_experts", "first_k_dense_replace", "num_shared_experts",
+                 "num_expert_group"):
+        if isinstance(default.get(name), int) and default[name] > 1 or name in default and default[name] is None:
             want[name] = 1
     if "partial_rotary_factor" in default and default.get("partial_rotary_factor"):
         want["partial_rotary_factor"] = default["partial_rotary_factor"]
