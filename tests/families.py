@@ -93,6 +93,11 @@ OVERRIDES = {
     "glm4v_moe_text": dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
                                                 mrope_section=[2, 1, 1])),
     "cosmos3_edge_text": dict(rope_parameters=dict(rope_type="default", rope_theta=1e8, mrope_section=[4, 2, 2])),
+    "lfm2_moe": dict(layer_types=["conv", "full_attention"], num_dense_layers=1),
+    # Gemma 3n: its last layers reuse the keys of the last earlier layer of their kind, alt-up and laurel kept.
+    "gemma3n_text": dict(layer_types=["sliding_attention", "full_attention"] * 2, num_hidden_layers=4,
+                         num_kv_shared_layers=2, intermediate_size=[128] * 4,
+                         activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0], laurel_rank=8, hidden_size_per_layer_input=16, vocab_size_per_layer_input=30522),
 }
 # Variants of a family whose shape differs from its default config (opt-350m's narrower embeddings, ALiBi Falcon).
 VARIANTS = {
@@ -190,6 +195,8 @@ def shrink(model_type: str, **extra):
     from tiny_models import tokenizer
 
     want["vocab_size"] = len(tokenizer("bert"))
+    if "unpadded_vocab_size" in default:
+        want["unpadded_vocab_size"] = want["vocab_size"]
     n = want.get("num_hidden_layers", s["layers"])
     for name in ("layer_types", "mlp_layer_types", "attention_layers", "block_types", "layers_block_type",
                  "hybrid_override_pattern"):
