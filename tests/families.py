@@ -93,6 +93,17 @@ OVERRIDES = {
     "glm4v_moe_text": dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
                                                 mrope_section=[2, 1, 1])),
     "cosmos3_edge_text": dict(rope_parameters=dict(rope_type="default", rope_theta=1e8, mrope_section=[4, 2, 2])),
+    "dbrx": dict(attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0),
+                 ffn_config=dict(hidden_size=64, ffn_hidden_size=128, moe_num_experts=4, moe_top_k=2)),
+    # North: sliding layers with rotary sections, full layers without positions (NoPE).
+    "cohere_compass_text": dict(layer_types=["sliding_attention", "full_attention"], rope_parameters=dict(
+        sliding_attention=dict(rope_type="default", rope_theta=10000.0, mrope_section=[4, 2, 2]), full_attention=None)),
+    # Dory: an input, a looped recurrent and an output layer; sliding and full attention kept.
+    "dory": dict(layer_types=["sliding_attention", "full_attention", "sliding_attention"], num_hidden_layers=3,
+                 n_input_layers=1, n_recurrent_layers=1, n_output_layers=1),
+    "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=4,
+                           indexer_compress_ratio=2, hc_lowrank=8, ple_embed_dim=64, linear_key_head_dim=16,
+                           linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4),
     "lfm2_moe": dict(layer_types=["conv", "full_attention"], num_dense_layers=1),
     # Gemma 3n: its last layers reuse the keys of the last earlier layer of their kind, alt-up and laurel kept.
     "gemma3n_text": dict(layer_types=["sliding_attention", "full_attention"] * 2, num_hidden_layers=4,
@@ -217,7 +228,7 @@ def shrink(model_type: str, **extra):
     want.update(extra)
     config = cls(**want)
     for name, value in want.items():  # a constructor that derives an attribute must not undo what is asked
-        if name != "layer_types" and getattr(config, name, value) != value:
+        if name not in ("layer_types", *INTERNAL_SUBCONFIGS) and getattr(config, name, value) != value:
             try:
                 setattr(config, name, value)
             except (AttributeError, ValueError):
