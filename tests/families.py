@@ -104,6 +104,10 @@ OVERRIDES = {
     "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=4,
                            indexer_compress_ratio=2, hc_lowrank=8, ple_embed_dim=64, linear_key_head_dim=16,
                            linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4),
+    # Gemma 4: its full-attention layers have wider heads (a per-layer config), kept at twice the sliding width.
+    "gemma4_text": dict(global_head_dim=32),
+    "gemma4_unified_text": dict(global_head_dim=32),
+    "embedding_gemma2_text": dict(global_head_dim=32, embedding_dim=64),
     "lfm2_moe": dict(layer_types=["conv", "full_attention"], num_dense_layers=1),
     # Gemma 3n: its last layers reuse the keys of the last earlier layer of their kind, alt-up and laurel kept.
     "gemma3n_text": dict(layer_types=["sliding_attention", "full_attention"] * 2, num_hidden_layers=4,
@@ -177,6 +181,7 @@ def _layer_types(values: list, n: int) -> list:
 
 def shrink(model_type: str, **extra):
     """A tiny config of ``model_type``: the same family's maths at 2 layers, 4 heads and width 64."""
+    from transformers.integrations.heterogeneity.configuration_utils import AmbiguousGlobalPerLayerAttributeError
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     base_type, variant = VARIANTS.get(model_type, (model_type, {}))
@@ -206,8 +211,11 @@ def shrink(model_type: str, **extra):
     from tiny_models import tokenizer
 
     want["vocab_size"] = len(tokenizer("bert"))
-    if "unpadded_vocab_size" in default:
-        want["unpadded_vocab_size"] = want["vocab_size"]
+    for name in ("unpadded_vocab_size", "vocab_size_per_layer_input"):
+        if name in default:
+            want[name] = want["vocab_size"]
+    if "hidden_size_per_layer_input" in default:  # Gemma 3n/4's per-layer token embeddings
+        want["hidden_size_per_layer_input"] = 16
     n = want.get("num_hidden_layers", s["layers"])
     for name in ("layer_types", "mlp_layer_types", "attention_layers", "block_types", "layers_block_type",
                  "hybrid_override_pattern"):
@@ -228,11 +236,11 @@ def shrink(model_type: str, **extra):
     want.update(extra)
     config = cls(**want)
     for name, value in want.items():  # a constructor that derives an attribute must not undo what is asked
-        if name not in ("layer_types", *INTERNAL_SUBCONFIGS) and getattr(config, name, value) != value:
-            try:
+        try:  # a per-layer attribute (heterogeneous configs) has no one global value to compare
+            if name not in ("layer_types", *INTERNAL_SUBCONFIGS) and getattr(config, name, value) != value:
                 setattr(config, name, value)
-            except (AttributeError, ValueError):
-                pass
+        except (AttributeError, ValueError, AmbiguousGlobalPerLayerAttributeError):
+            pass
     return config
 
 
