@@ -108,6 +108,10 @@ OVERRIDES = {
     "gemma4_text": dict(global_head_dim=32),
     "gemma4_unified_text": dict(global_head_dim=32),
     "embedding_gemma2_text": dict(global_head_dim=32, embedding_dim=64),
+    "glm5_next_text": dict(qk_rope_head_dim=0, qk_head_dim=16),  # its sparse (DSA) attention layers have no rotary part
+    # Zamba: one shared attention block reused by every hybrid layer (so two of them), mamba layers between.
+    "zamba": dict(layers_block_type=["linear_attention", "hybrid"] * 2, num_hidden_layers=4, attn_layer_period=2,
+                  attn_layer_offset=1, attention_hidden_size=128, attention_head_dim=32, mamba_dt_rank=8),
     "lfm2_moe": dict(layer_types=["conv", "full_attention"], num_dense_layers=1),
     # Gemma 3n: its last layers reuse the keys of the last earlier layer of their kind, alt-up and laurel kept.
     "gemma3n_text": dict(layer_types=["sliding_attention", "full_attention"] * 2, num_hidden_layers=4,
