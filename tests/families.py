@@ -116,7 +116,7 @@ OVERRIDES = {
     # Gemma 3n: its last layers reuse the keys of the last earlier layer of their kind, alt-up and laurel kept.
     "gemma3n_text": dict(layer_types=["sliding_attention", "full_attention"] * 2, num_hidden_layers=4,
                          num_kv_shared_layers=2, intermediate_size=[128] * 4,
-                         activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0], laurel_rank=8, hidden_size_per_layer_input=16, vocab_size_per_layer_input=30522),
+                         activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0], laurel_rank=8),
 }
 # Variants of a family whose shape differs from its default config (opt-350m's narrower embeddings, ALiBi Falcon).
 VARIANTS = {
