@@ -57,7 +57,10 @@ FFN = ("intermediate_size", "d_ff", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_d
 POSITIONS = ("max_position_embeddings", "n_positions", "max_seq_len", "max_encoder_position_embeddings",
              "max_decoder_position_embeddings", "n_ctx", "seq_length", "max_sequence_length")
 EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-TOP_K = ("num_experts_per_tok", "top_k", "moe_topk", "moe_k", "num_selected_experts")
+TOP_K = ("num_experts_per_tok", "num_experts_per_token", "top_k", "moe_topk", "moe_k", "num_selected_experts")
+# Linear-attention layers of hybrid models (Kimi, Bailing): their own heads, as many and as wide as attention's.
+LINEAR_HEADS = ("linear_num_heads",)
+LINEAR_HEAD_DIM = ("linear_head_dim",)
 WINDOWS = ("sliding_window", "window_size", "local_window_size", "attention_window")
 LORA = ("kv_lora_rank", "q_lora_rank")
 
@@ -85,6 +88,35 @@ OVERRIDES = {
     "deberta": dict(relative_attention=True, pos_att_type=["p2c", "c2p"], max_relative_positions=16),
     "longt5": dict(local_radius=4, global_block_size=4),
     "switch_transformers": dict(num_sparse_encoder_layers=1, num_sparse_decoder_layers=1, num_experts=4),
+    # Multimodal rotary sections (time, height, width) that sum to half the rotary width of a 16-wide head.
+    "glm4v_text": dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])),
+    "glm4v_moe_text": dict(rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
+                                                mrope_section=[2, 1, 1])),
+    "cosmos3_edge_text": dict(rope_parameters=dict(rope_type="default", rope_theta=1e8, mrope_section=[4, 2, 2])),
+    "dbrx": dict(attn_config=dict(kv_n_heads=2, rope_theta=10000.0, clip_qkv=8.0),
+                 ffn_config=dict(hidden_size=64, ffn_hidden_size=128, moe_num_experts=4, moe_top_k=2)),
+    # North: sliding layers with rotary sections, full layers without positions (NoPE).
+    "cohere_compass_text": dict(layer_types=["sliding_attention", "full_attention"], rope_parameters=dict(
+        sliding_attention=dict(rope_type="default", rope_theta=10000.0, mrope_section=[4, 2, 2]), full_attention=None)),
+    # Dory: an input, a looped recurrent and an output layer; sliding and full attention kept.
+    "dory": dict(layer_types=["sliding_attention", "full_attention", "sliding_attention"], num_hidden_layers=3,
+                 n_input_layers=1, n_recurrent_layers=1, n_output_layers=1),
+    "qwen4_exp_text": dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=4,
+                           indexer_compress_ratio=2, hc_lowrank=8, ple_embed_dim=64, linear_key_head_dim=16,
+                           linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4),
+    # Gemma 4: its full-attention layers have wider heads (a per-layer config), kept at twice the sliding width.
+    "gemma4_text": dict(global_head_dim=32),
+    "gemma4_unified_text": dict(global_head_dim=32),
+    "embedding_gemma2_text": dict(global_head_dim=32, embedding_dim=64),
+    "glm5_next_text": dict(qk_rope_head_dim=0, qk_head_dim=16),  # its sparse (DSA) attention layers have no rotary part
+    # Zamba: one shared attention block reused by every hybrid layer (so two of them), mamba layers between.
+    "zamba": dict(layers_block_type=["linear_attention", "hybrid"] * 2, num_hidden_layers=4, attn_layer_period=2,
+                  attn_layer_offset=1, attention_hidden_size=128, attention_head_dim=32, mamba_dt_rank=8),
+    "lfm2_moe": dict(layer_types=["conv", "full_attention"], num_dense_layers=1),
+    # Gemma 3n: its last layers reuse the keys of the last earlier layer of their kind, alt-up and laurel kept.
+    "gemma3n_text": dict(layer_types=["sliding_attention", "full_attention"] * 2, num_hidden_layers=4,
+                         num_kv_shared_layers=2, intermediate_size=[128] * 4,
+                         activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0], laurel_rank=8),
 }
 # Variants of a family whose shape differs from its default config (opt-350m's narrower embeddings, ALiBi Falcon).
 VARIANTS = {
@@ -153,6 +185,7 @@ def _layer_types(values: list, n: int) -> list:
 
 def shrink(model_type: str, **extra):
     """A tiny config of ``model_type``: the same family's maths at 2 layers, 4 heads and width 64."""
+    from transformers.integrations.heterogeneity.configuration_utils import AmbiguousGlobalPerLayerAttributeError
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     base_type, variant = VARIANTS.get(model_type, (model_type, {}))
@@ -162,11 +195,13 @@ def shrink(model_type: str, **extra):
     want = {}
     for names, value in ((LAYERS, s["layers"]), (HEADS, s["heads"]), (KV_HEADS, s["kv_heads"]),
                          (WIDTH, s["width"]), (HEAD_DIM, s["head_dim"]), (FFN, s["ffn"]),
-                         (POSITIONS, s["positions"]), (EXPERTS, 4), (TOP_K, 2), (LORA, 16), (WINDOWS, s["window"])):
+                         (POSITIONS, s["positions"]), (EXPERTS, 4), (TOP_K, 2), (LORA, 16), (WINDOWS, s["window"]),
+                         (LINEAR_HEADS, s["heads"]), (LINEAR_HEAD_DIM, s["head_dim"])):
         for name in names:
             if isinstance(default.get(name), int) and not isinstance(default.get(name), bool):
                 want[name] = value
-    for name, value in (("num_key_value_heads", s["kv_heads"]), ("head_dim", s["head_dim"])):
+    for name, value in (("num_key_value_heads", s["kv_heads"]), ("head_dim", s["head_dim"]),
+                        *((e, 4) for e in EXPERTS), *((k, 2) for k in TOP_K)):
         if name in default and default[name] is None:
             want[name] = value
     if isinstance(default.get("rotary_dim"), int):
@@ -180,16 +215,23 @@ def shrink(model_type: str, **extra):
     from tiny_models import tokenizer
 
     want["vocab_size"] = len(tokenizer("bert"))
+    for name in ("unpadded_vocab_size", "vocab_size_per_layer_input"):
+        if name in default:
+            want[name] = want["vocab_size"]
+    if "hidden_size_per_layer_input" in default:  # Gemma 3n/4's per-layer token embeddings
+        want["hidden_size_per_layer_input"] = 16
     n = want.get("num_hidden_layers", s["layers"])
-    for name in ("layer_types", "attention_layers", "block_types", "layers_block_type", "hybrid_override_pattern"):
+    for name in ("layer_types", "mlp_layer_types", "attention_layers", "block_types", "layers_block_type",
+                 "hybrid_override_pattern"):
         if isinstance(default.get(name), list) and default[name]:
             kinds = _layer_types(default[name], n)
             want[name] = kinds
             for layers in LAYERS:
                 if layers in want:
                     want[layers] = len(kinds)
-    for name in ("n_group", "topk_group", "n_shared_experts", "first_k_dense_replace", "num_shared_experts"):
-        if isinstance(default.get(name), int) and default[name] > 1:
+    for name in ("n_group", "topk_group", "n_shared_experts", "first_k_dense_replace", "num_shared_experts",
+                 "num_expert_group"):
+        if isinstance(default.get(name), int) and default[name] > 1 or name in default and default[name] is None:
             want[name] = 1
     if "partial_rotary_factor" in default and default.get("partial_rotary_factor"):
         want["partial_rotary_factor"] = default["partial_rotary_factor"]
@@ -198,11 +240,11 @@ def shrink(model_type: str, **extra):
     want.update(extra)
     config = cls(**want)
     for name, value in want.items():  # a constructor that derives an attribute must not undo what is asked
-        if name != "layer_types" and getattr(config, name, value) != value:
-            try:
+        try:  # a per-layer attribute (heterogeneous configs) has no one global value to compare
+            if name not in ("layer_types", *INTERNAL_SUBCONFIGS) and getattr(config, name, value) != value:
                 setattr(config, name, value)
-            except (AttributeError, ValueError):
-                pass
+        except (AttributeError, ValueError, AmbiguousGlobalPerLayerAttributeError):
+            pass
     return config
 
 

@@ -24,8 +24,9 @@ TYPES = text_types() + list(VARIANTS)
 # Families the issue names: each traces exactly (interface or visible eager), never a refusal.
 MUST_TRACE = ("opt", "opt-350m", "falcon", "falcon-alibi", "falcon-new", "gpt_neo", "albert", "bert", "gpt2",
               "llama", "mistral-window", "gemma2", "qwen2", "t5", "bart", "marian")
-# The shrink helper may fail to make a few exotic families tiny; more than this means it broke.
-MAX_NOT_BUILT = 25
+# Only voxtral_realtime_text is not built (its auto mapping names a class transformers 5.24 lacks); more means
+# the shrink helper broke.
+MAX_NOT_BUILT = 1
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,14 @@ def load_hf(name: str) -> "HFModel":
         raise ValueError("Give a Hugging Face model id (hf:bert-base-uncased) or a local folder (hf:/path/to/folder).")
     folder = _locate(name)
     config, kind = _read_config(folder)
-    check_budget(config, kind)  # from the config alone, before any weight is read
+    from transformers.integrations.heterogeneity.configuration_utils import AmbiguousGlobalPerLayerAttributeError
+
+    try:
+        check_budget(config, kind)  # from the config alone, before any weight is read
+    except AmbiguousGlobalPerLayerAttributeError as e:  # layers that differ in heads or widths: no one value
+        what = str(e).split("'")[1] if "'" in str(e) else "a setting"
+        raise ValueError(refusal(config.model_type, f"its layers differ in {what} (a per-layer config), and "
+                                                    "attnviz reads one value for the whole model")) from None
     weights, safe = _weights([p.name for p in folder.iterdir() if p.is_file()], f"the folder {folder}")
     _check_size(sum((folder / w).stat().st_size for w in weights), name)
     if safe:
