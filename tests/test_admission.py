@@ -258,3 +258,78 @@ def test_a_closed_tab_stops_its_long_forward_at_the_next_tile(server):
     idle = (cpu_seconds(proc.pid) - idle_from) / 3
     assert busy > 0.5, busy  # the measurement sees the forward
     assert idle < 0.3, idle  # and nothing runs once the tab is gone
+
+
+# Every page's own forward (the shared frame's get_trace), with the app's cap raised: the same line and memory.
+FRAME_ENV = {"ATTNVIZ_MAX_TOKENS": "4096", "ATTNVIZ_HEAVY_TOKENS": "64", "ATTNVIZ_MAX_CHARS": "60000"}
+
+
+def attention_page(monkeypatch, **env):
+    from streamlit.testing.v1 import AppTest
+
+    for k, v in {**FRAME_ENV, **env}.items():
+        monkeypatch.setenv(k, v)
+    at = AppTest.from_file("../app.py", default_timeout=120)
+    at.switch_page("pages/1_Attention.py")
+    at.query_params["model"] = "builtin:seed"
+    return at
+
+
+def test_a_long_text_too_big_for_the_memory_setting_is_refused_on_any_page(monkeypatch):
+    from attnviz import footprint
+    from attnviz.backends import open_model
+
+    text = document(500, 300)
+    at = attention_page(monkeypatch, ATTNVIZ_MAX_TRACE_MB="4")
+    at.query_params["text"] = text
+    at.run()
+    assert not at.exception, at.exception
+    mb = footprint.trace_mb(open_model("builtin:seed"), footprint.n_tokens(open_model("builtin:seed"), text, 4096))
+    assert mb > 4, mb  # ~303 tokens × ~38 KB
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert any(f"This 303-token text would hold about {mb:,.0f} MB" in e and "of 4 MB (ATTNVIZ_MAX_TRACE_MB)" in e
+               for e in errors), errors
+    assert not at.get("plotly_chart")
+    assert at.text_area(key="text").value == text
+
+
+def test_a_cached_long_text_never_waits_in_line_and_a_new_one_waits_its_turn(monkeypatch):
+    """The one slot held by another job: a rerun over the cached trace renders at once, a new long text waits."""
+    from attnviz.ui import jobs
+
+    at = attention_page(monkeypatch, ATTNVIZ_MAX_JOBS="1")
+    at.query_params["text"] = document(501, 300)
+    at.run()
+    assert not at.exception and not at.error and at.get("plotly_chart"), (at.exception, at.error)
+    held, release, seen = threading.Event(), threading.Event(), []
+
+    def other_job():
+        with jobs.slot("Another visitor's text"):
+            held.set()
+            release.wait(120)
+
+    def watch():  # the new text's place in line, then the other job ends
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not seen:
+            if jobs.waiting():
+                seen.append(jobs.waiting())
+            time.sleep(0.05)
+        release.set()
+
+    holder = threading.Thread(target=other_job)
+    holder.start()
+    try:
+        assert held.wait(30)
+        at.run(timeout=60)  # a slot taken here would wait until the timeout
+        assert not at.exception and not at.error and at.get("plotly_chart"), (at.exception, at.error)
+        assert jobs.running() == 1 and not jobs.waiting()  # the other job still holds the slot
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        at.text_area(key="text").set_value(document(502, 300)).run()
+        watcher.join()
+    finally:
+        release.set()
+        holder.join()
+    assert seen == [1], seen  # the new text was first in line while the other job ran
+    assert not at.exception and not at.error and at.get("plotly_chart"), (at.exception, at.error)
+    assert "303 tokens" in at.caption[0].value
