@@ -333,3 +333,33 @@ def test_a_cached_long_text_never_waits_in_line_and_a_new_one_waits_its_turn(mon
     assert seen == [1], seen  # the new text was first in line while the other job ran
     assert not at.exception and not at.error and at.get("plotly_chart"), (at.exception, at.error)
     assert "303 tokens" in at.caption[0].value
+
+
+def test_a_long_text_on_any_page_waits_in_line_behind_another_visitor_and_then_finishes():
+    """One slot; another visitor's long document runs on the Long text page: an Attention page over a long text is
+    told its place in line, then draws its charts once that forward is done."""
+    proc, url = start_server({**FRAME_ENV, "ATTNVIZ_HEAVY_TOKENS": "256", "ATTNVIZ_MAX_JOBS": "1",
+                              "ATTNVIZ_MAX_TRACE_MB": "1024"})
+    try:
+        with ExitStack() as tabs:
+            Tab(url, tabs).open("Attention", {"model": "builtin:seed", "text": document(97, 50)})  # warm
+            first = Tab(url, tabs)
+            msg = BackMsg()
+            msg.rerun_script.query_string = urlencode(long_params(600, 4000))  # ~4,000 tokens: seconds of forward
+            msg.rerun_script.page_name = "Long_text"
+            first.ws.send(msg.SerializeToString())
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # until its progress bar shows: it holds the slot
+                fwd = ForwardMsg()
+                fwd.ParseFromString(first.ws.recv(timeout=120))
+                if fwd.WhichOneof("type") == "delta" and fwd.delta.WhichOneof("type") == "new_element" \
+                        and fwd.delta.new_element.WhichOneof("type") == "progress":
+                    break
+            else:
+                raise AssertionError("no progress bar")
+            shown = Tab(url, tabs).open("Attention", long_params(601, 400))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert any("This 403-token text is number 1 in line" in body for body in shown["line"]), shown
+    assert not shown["trouble"] and shown["charts"] >= 2, shown
