@@ -363,3 +363,37 @@ def test_a_long_text_on_any_page_waits_in_line_behind_another_visitor_and_then_f
         proc.wait(timeout=30)
     assert any("This 403-token text is number 1 in line" in body for body in shown["line"]), shown
     assert not shown["trouble"] and shown["charts"] >= 2, shown
+
+
+def test_the_frame_cache_traces_count_against_the_memory_setting_and_make_room(monkeypatch):
+    """A page's kept trace is held memory; a job that fits only without it drops it from the cache."""
+    import gc
+
+    import streamlit as st
+
+    from attnviz.ui import frame, jobs, long
+
+    monkeypatch.setenv("ATTNVIZ_MAX_TOKENS", "4096")
+    monkeypatch.setenv("ATTNVIZ_HEAVY_TOKENS", "100000")  # outside a script run: no line to wait in
+    st.cache_resource.clear()
+    long._LONG.clear()
+    gc.collect()
+    before = jobs.held_mb()
+    text = document(510, 300)
+    trace = frame.get_trace("builtin:seed", text)
+    mb = trace.nbytes / 2**20
+    assert mb > 10 and abs(jobs.held_mb() - before - mb) < 1e-6, (before, mb, jobs.held_mb())
+    assert frame.get_trace("builtin:seed", text) is trace  # cached
+    del trace
+    monkeypatch.setenv("ATTNVIZ_MAX_TRACE_MB", str(before + mb))
+    held = []
+
+    def job():
+        with jobs.slot("A job of the same size", mb):  # fits only once the kept trace is gone
+            held.append(jobs.held_mb() - before)
+
+    worker = threading.Thread(target=job, daemon=True)  # a job that never fits stays behind, not the test
+    worker.start()
+    worker.join(30)
+    assert held and held[0] < mb + 1e-6, (held, mb)
+    assert not [t for t in frame._MADE.values() if t.text == text]  # dropped from the cache and freed

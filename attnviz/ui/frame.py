@@ -125,6 +125,8 @@ jobs.keeper(_made_mb, _evict)
 def _admitted(model, text: str, cap: int):
     """A slot of the job line for a forward over ATTNVIZ_HEAVY_TOKENS tokens, with what its trace will hold;
     a shorter text runs at once."""
+    if cap <= settings.heavy_tokens():  # the app's default: no text is long enough, none is tokenised twice
+        return nullcontext()
     n = footprint.n_tokens(model, text, cap)
     if n <= settings.heavy_tokens():
         return nullcontext()
