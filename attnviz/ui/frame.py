@@ -72,20 +72,21 @@ def _cached_model(key: str):
     return open_model(key)
 
 
-# Traces are frozen with read-only arrays, so one cached object can be shared safely between
-# sessions; cache_resource avoids cache_data's copy of ~80 MB per rerun at 512 tokens. Eight
-# entries bound the cache at ~650 MB even when every one is a 512-token MiniLM trace.
 def max_tokens() -> int:
     """The app's token limit: ATTNVIZ_MAX_TOKENS, else APP_MAX_TOKENS (the library's default is larger)."""
     return settings.max_tokens(settings.APP_MAX_TOKENS)
 
 
+# Traces are frozen with read-only arrays, so one cached object can be shared safely between
+# sessions; cache_resource avoids cache_data's copy of ~80 MB per rerun at 512 tokens. Eight
+# entries bound the cache at ~650 MB even when every one is a 512-token MiniLM trace.
 TRACES = 8  # the cache's entries
 # Every trace _cached_trace made that is still alive (kept by the cache, or drawn by a page), by its arguments: a
 # cached text is known without calling the cache, so a heavy forward waits in line before the cached function,
 # never inside it (Streamlit replays a cached function's element calls, the line's notice among them), and a trace
-# the cache dropped that a page still draws is kept again, not redone. All of them count against
-# ATTNVIZ_MAX_TRACE_MB; _KEPT orders the cache's arguments, last used last, for the job line to evict.
+# the cache dropped that a page still draws is kept again, not redone. _KEPT orders the cache's arguments, last used
+# last: the traces it keeps count against ATTNVIZ_MAX_TRACE_MB, and the job line evicts them. (Not every live one:
+# a view in ui/derived.py, bounded by ATTNVIZ_MAX_VIEWS_MB, may hold its trace, which no eviction here could free.)
 _MADE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _KEPT: dict = {}
 _made_lock = threading.Lock()
@@ -103,9 +104,9 @@ def _cached_trace(key: str, text: str, target: str | None, limit: int):
     return trace
 
 
-def _made_mb() -> float:
+def _kept_mb() -> float:
     with _made_lock:
-        return sum(t.nbytes for t in list(_MADE.values())) / 2**20
+        return sum(t.nbytes for t in map(_MADE.get, list(_KEPT)) if t is not None) / 2**20
 
 
 def _evict() -> bool:
@@ -119,7 +120,7 @@ def _evict() -> bool:
     return True
 
 
-jobs.keeper(_made_mb, _evict)
+jobs.keeper(_kept_mb, _evict)
 
 
 def _admitted(model, text: str, cap: int):
