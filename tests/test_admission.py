@@ -258,3 +258,142 @@ def test_a_closed_tab_stops_its_long_forward_at_the_next_tile(server):
     idle = (cpu_seconds(proc.pid) - idle_from) / 3
     assert busy > 0.5, busy  # the measurement sees the forward
     assert idle < 0.3, idle  # and nothing runs once the tab is gone
+
+
+# Every page's own forward (the shared frame's get_trace), with the app's cap raised: the same line and memory.
+FRAME_ENV = {"ATTNVIZ_MAX_TOKENS": "4096", "ATTNVIZ_HEAVY_TOKENS": "64", "ATTNVIZ_MAX_CHARS": "60000"}
+
+
+def attention_page(monkeypatch, **env):
+    from streamlit.testing.v1 import AppTest
+
+    for k, v in {**FRAME_ENV, **env}.items():
+        monkeypatch.setenv(k, v)
+    at = AppTest.from_file("../app.py", default_timeout=120)
+    at.switch_page("pages/1_Attention.py")
+    at.query_params["model"] = "builtin:seed"
+    return at
+
+
+def test_a_long_text_too_big_for_the_memory_setting_is_refused_on_any_page(monkeypatch):
+    from attnviz import footprint
+    from attnviz.backends import open_model
+
+    text = document(500, 300)
+    at = attention_page(monkeypatch, ATTNVIZ_MAX_TRACE_MB="4")
+    at.query_params["text"] = text
+    at.run()
+    assert not at.exception, at.exception
+    mb = footprint.trace_mb(open_model("builtin:seed"), footprint.n_tokens(open_model("builtin:seed"), text, 4096))
+    assert mb > 4, mb  # ~303 tokens × ~38 KB
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert any(f"This 303-token text would hold about {mb:,.0f} MB" in e and "of 4 MB (ATTNVIZ_MAX_TRACE_MB)" in e
+               for e in errors), errors
+    assert not at.get("plotly_chart")
+    assert at.text_area(key="text").value == text
+
+
+def test_a_cached_long_text_never_waits_in_line_and_a_new_one_waits_its_turn(monkeypatch):
+    """The one slot held by another job: a rerun over the cached trace renders at once, a new long text waits."""
+    from attnviz.ui import jobs
+
+    at = attention_page(monkeypatch, ATTNVIZ_MAX_JOBS="1")
+    at.query_params["text"] = document(501, 300)
+    at.run()
+    assert not at.exception and not at.error and at.get("plotly_chart"), (at.exception, at.error)
+    held, release, seen = threading.Event(), threading.Event(), []
+
+    def other_job():
+        with jobs.slot("Another visitor's text"):
+            held.set()
+            release.wait(120)
+
+    def watch():  # the new text's place in line, then the other job ends
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not seen:
+            if jobs.waiting():
+                seen.append(jobs.waiting())
+            time.sleep(0.05)
+        release.set()
+
+    holder = threading.Thread(target=other_job)
+    holder.start()
+    try:
+        assert held.wait(30)
+        at.run(timeout=60)  # a slot taken here would wait until the timeout
+        assert not at.exception and not at.error and at.get("plotly_chart"), (at.exception, at.error)
+        assert jobs.running() == 1 and not jobs.waiting()  # the other job still holds the slot
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        at.text_area(key="text").set_value(document(502, 300)).run()
+        watcher.join()
+    finally:
+        release.set()
+        holder.join()
+    assert seen == [1], seen  # the new text was first in line while the other job ran
+    assert not at.exception and not at.error and at.get("plotly_chart"), (at.exception, at.error)
+    assert "303 tokens" in at.caption[0].value
+
+
+def test_a_long_text_on_any_page_waits_in_line_behind_another_visitor_and_then_finishes():
+    """One slot; another visitor's long document runs on the Long text page: an Attention page over a long text is
+    told its place in line, then draws its charts once that forward is done."""
+    proc, url = start_server({**FRAME_ENV, "ATTNVIZ_HEAVY_TOKENS": "256", "ATTNVIZ_MAX_JOBS": "1",
+                              "ATTNVIZ_MAX_TRACE_MB": "1024"})
+    try:
+        with ExitStack() as tabs:
+            Tab(url, tabs).open("Attention", {"model": "builtin:seed", "text": document(97, 50)})  # warm
+            first = Tab(url, tabs)
+            msg = BackMsg()
+            msg.rerun_script.query_string = urlencode(long_params(600, 4000))  # ~4,000 tokens: seconds of forward
+            msg.rerun_script.page_name = "Long_text"
+            first.ws.send(msg.SerializeToString())
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # until its progress bar shows: it holds the slot
+                fwd = ForwardMsg()
+                fwd.ParseFromString(first.ws.recv(timeout=120))
+                if fwd.WhichOneof("type") == "delta" and fwd.delta.WhichOneof("type") == "new_element" \
+                        and fwd.delta.new_element.WhichOneof("type") == "progress":
+                    break
+            else:
+                raise AssertionError("no progress bar")
+            shown = Tab(url, tabs).open("Attention", long_params(601, 400))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert any("This 403-token text is number 1 in line" in body for body in shown["line"]), shown
+    assert not shown["trouble"] and shown["charts"] >= 2, shown
+
+
+def test_the_frame_cache_traces_count_against_the_memory_setting_and_make_room(monkeypatch):
+    """A page's kept trace is held memory; a job that fits only without it drops it from the cache."""
+    import gc
+
+    import streamlit as st
+
+    from attnviz.ui import frame, jobs, long
+
+    monkeypatch.setenv("ATTNVIZ_MAX_TOKENS", "4096")
+    monkeypatch.setenv("ATTNVIZ_HEAVY_TOKENS", "100000")  # outside a script run: no line to wait in
+    st.cache_resource.clear()
+    long._LONG.clear()
+    gc.collect()
+    before = jobs.held_mb()
+    text = document(510, 300)
+    trace = frame.get_trace("builtin:seed", text)
+    mb = trace.nbytes / 2**20
+    assert mb > 10 and abs(jobs.held_mb() - before - mb) < 1e-6, (before, mb, jobs.held_mb())
+    assert frame.get_trace("builtin:seed", text) is trace  # cached
+    del trace
+    monkeypatch.setenv("ATTNVIZ_MAX_TRACE_MB", str(before + mb))
+    held = []
+
+    def job():
+        with jobs.slot("A job of the same size", mb):  # fits only once the kept trace is gone
+            held.append(jobs.held_mb() - before)
+
+    worker = threading.Thread(target=job, daemon=True)  # a job that never fits stays behind, not the test
+    worker.start()
+    worker.join(30)
+    assert held and held[0] < mb + 1e-6, (held, mb)
+    assert not [t for t in frame._MADE.values() if t.text == text]  # dropped from the cache and freed

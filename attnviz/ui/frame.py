@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
+from contextlib import nullcontext
 from typing import NamedTuple
 
 import streamlit as st
 
-from attnviz import settings
+from attnviz import footprint, settings
 from attnviz.backends import DEFAULT_MODEL, list_models, normalise, open_model
 from attnviz.backends.common import check_text
 from attnviz.samples import ALL_SAMPLES, samples_for
-from attnviz.ui import collect, heads, share
+from attnviz.ui import collect, heads, jobs, share
 from attnviz.ui.readable import unknown_note
 from attnviz.ui.share import plain
 
@@ -70,17 +72,66 @@ def _cached_model(key: str):
     return open_model(key)
 
 
-# Traces are frozen with read-only arrays, so one cached object can be shared safely between
-# sessions; cache_resource avoids cache_data's copy of ~80 MB per rerun at 512 tokens. Eight
-# entries bound the cache at ~650 MB even when every one is a 512-token MiniLM trace.
 def max_tokens() -> int:
     """The app's token limit: ATTNVIZ_MAX_TOKENS, else APP_MAX_TOKENS (the library's default is larger)."""
     return settings.max_tokens(settings.APP_MAX_TOKENS)
 
 
-@st.cache_resource(max_entries=8, show_spinner=False)
+# Traces are frozen with read-only arrays, so one cached object can be shared safely between
+# sessions; cache_resource avoids cache_data's copy of ~80 MB per rerun at 512 tokens. Eight
+# entries bound the cache at ~650 MB even when every one is a 512-token MiniLM trace.
+TRACES = 8  # the cache's entries
+# Every trace _cached_trace made that is still alive (kept by the cache, or drawn by a page), by its arguments: a
+# cached text is known without calling the cache, so a heavy forward waits in line before the cached function,
+# never inside it (Streamlit replays a cached function's element calls, the line's notice among them), and a trace
+# the cache dropped that a page still draws is kept again, not redone. _KEPT orders the cache's arguments, last used
+# last: the traces it keeps count against ATTNVIZ_MAX_TRACE_MB, and the job line evicts them. (Not every live one:
+# a view in ui/derived.py, bounded by ATTNVIZ_MAX_VIEWS_MB, may hold its trace, which no eviction here could free.)
+_MADE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_KEPT: dict = {}
+_made_lock = threading.Lock()
+
+
+@st.cache_resource(max_entries=TRACES, show_spinner=False)
 def _cached_trace(key: str, text: str, target: str | None, limit: int):
-    return get_model(key).trace(text, target, max_tokens=limit)
+    args = (key, text, target, limit)
+    with _made_lock:
+        trace = _MADE.get(args)
+    if trace is None:
+        trace = get_model(key).trace(text, target, max_tokens=limit)
+        with _made_lock:
+            _MADE[args] = trace
+    return trace
+
+
+def _kept_mb() -> float:
+    with _made_lock:
+        return sum(t.nbytes for t in map(_MADE.get, list(_KEPT)) if t is not None) / 2**20
+
+
+def _evict() -> bool:
+    """Drop the least recently used trace of the cache; False when it keeps none."""
+    with _made_lock:
+        if not _KEPT:
+            return False
+        args = next(iter(_KEPT))
+        del _KEPT[args]
+    _cached_trace.clear(*args)
+    return True
+
+
+jobs.keeper(_kept_mb, _evict)
+
+
+def _admitted(model, text: str, cap: int):
+    """A slot of the job line for a forward over ATTNVIZ_HEAVY_TOKENS tokens, with what its trace will hold;
+    a shorter text runs at once."""
+    if cap <= settings.heavy_tokens():  # the app's default: no text is long enough, none is tokenised twice
+        return nullcontext()
+    n = footprint.n_tokens(model, text, cap)
+    if n <= settings.heavy_tokens():
+        return nullcontext()
+    return jobs.slot(f"This {n:,}-token text", footprint.trace_mb(model, n))
 
 
 _session_lock = threading.Lock()
@@ -129,9 +180,21 @@ def get_trace(key: str, text: str, target: str | None = None):
         cache = st.session_state.setdefault("session_traces", {})
         if (key, text, target, cap) not in cache:
             cache.clear()  # one entry: training pages change the model under the same key
-            cache[(key, text, target, cap)] = session_models()[key].trace(text, target, max_tokens=cap)
+            model = session_models()[key]
+            with _admitted(model, text, cap):
+                cache[(key, text, target, cap)] = model.trace(text, target, max_tokens=cap)
         return cache[(key, text, target, cap)]
-    return _cached_trace(normalise(key), text, target, cap)
+    args = (normalise(key), text, target, cap)
+    with _made_lock:
+        made = _MADE.get(args)  # held while the cache is asked: found there, or kept again, never redone
+    with nullcontext() if made is not None else _admitted(get_model(args[0]), text, cap):
+        trace = _cached_trace(*args)
+    with _made_lock:
+        _KEPT.pop(args, None)
+        _KEPT[args] = None
+        while len(_KEPT) > TRACES:
+            del _KEPT[next(iter(_KEPT))]
+    return trace
 
 
 def model_options() -> list[str]:
