@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from functools import partial
 from contextlib import nullcontext
 from typing import NamedTuple
 
@@ -128,10 +129,7 @@ def _admitted(model, text: str, cap: int):
     a shorter text runs at once."""
     if cap <= settings.heavy_tokens():  # the app's default: no text is long enough, none is tokenised twice
         return nullcontext()
-    n = footprint.n_tokens(model, text, cap)
-    if n <= settings.heavy_tokens():
-        return nullcontext()
-    return jobs.slot(f"This {n:,}-token text", footprint.trace_mb(model, n))
+    return jobs.for_tokens(footprint.n_tokens(model, text, cap), partial(footprint.trace_mb, model))
 
 
 _session_lock = threading.Lock()

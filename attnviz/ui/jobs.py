@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Callable, NamedTuple
 
 import streamlit as st
@@ -92,6 +92,14 @@ def checkpoint() -> None:
     check = get_run_yield_check()
     if check is not None:
         check()
+
+
+def for_tokens(n: int, mb: Callable[[int], float]):
+    """A slot for a forward of ``n`` tokens that will hold ``mb(n)`` MB, when ``n`` is over ATTNVIZ_HEAVY_TOKENS;
+    a shorter text runs at once, beside the line (and its size is never estimated)."""
+    if n <= settings.heavy_tokens():
+        return nullcontext()
+    return slot(f"This {n:,}-token text", mb(n))
 
 
 @contextmanager

@@ -5,14 +5,13 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from contextlib import nullcontext
 from functools import partial
 from typing import NamedTuple
 
 import numpy as np
 import streamlit as st
 
-from attnviz import footprint, settings
+from attnviz import footprint
 from attnviz.analysis.long import Reducer, Survey, block_size, survey, traced, window
 from attnviz.backends import normalise
 from attnviz.backends.common import MAX_CHARS
@@ -147,9 +146,8 @@ def long_trace(key: str, text: str, limit: int):
             _keep(k, _Entry(model, alive, _SURVEYS[alive.stack(None).weights]))
             return alive
     n = footprint.n_tokens(model, text, limit)
-    heavy = n > settings.heavy_tokens()  # a short text runs at once, beside the line
     bar = _Bar("Running the model and reading all its heads…", "forward")
-    with jobs.slot(f"This {n:,}-token text", _job_mb(model, n)) if heavy else nullcontext():
+    with jobs.for_tokens(n, partial(_job_mb, model)):
         trace, reducer = traced(model, text, limit, DETAIL, bar)
     bar.done()
     reducer.progress = None  # the bar is this run's: a shared survey must not keep it
