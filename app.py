@@ -14,7 +14,7 @@ from attnviz.ui.display import display_options
 from attnviz.ui.frame import frame, layer_head
 from attnviz.ui.readable import model_output
 from attnviz.ui.share import chart_config, downloads
-from attnviz.views import head_weights, stack_view, stacks
+from attnviz.figures.view import head_weights, stack_view, stacks
 
 PAGES = sorted(Path(__file__).parent.glob("pages/[0-9]*_*.py"), key=lambda p: int(p.name.split("_")[0]))  # 2 before 10
 

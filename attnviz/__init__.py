@@ -13,8 +13,8 @@ import os
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 from .backends import DEFAULT_MODEL, list_models, load  # noqa: E402
-from .outputs import from_attentions  # noqa: E402
-from .traces import AttentionTrace, Seq2SeqTrace  # noqa: E402
+from .core.outputs import from_attentions  # noqa: E402
+from .core.trace import AttentionTrace, Seq2SeqTrace  # noqa: E402
 from .ui.notebook import explorer, head_view, model_view, register as _register_display, show  # noqa: E402
 
 _register_display()  # in a notebook kernel, a trace displays itself as the explorer

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .tokens import labels
-from .traces import AttentionTrace, Seq2SeqTrace
+from .core.tokens import labels
+from .core.trace import AttentionTrace, Seq2SeqTrace
 
 FORMAT = "attnviz.trace"
 VERSION = 1

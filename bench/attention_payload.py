@@ -13,7 +13,7 @@ from common import LENGTHS, MB, mb, ms, table
 
 import attnviz
 from attnviz.figures.attention import explorer_figures
-from attnviz.views import Options, stack_view, stacks
+from attnviz.figures.view import Options, stack_view, stacks
 
 BUDGET = 2 * MB
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from common import compare, conditions, ratio, save, table
 
 from attnviz.analysis.long import Reducer
-from attnviz.weights import LayerQK
+from attnviz.core.weights import LayerQK
 
 H, DH = 8, 64
 

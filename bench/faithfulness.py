@@ -13,9 +13,9 @@ from common import quick
 
 import attnviz
 from attnviz.analysis.faithfulness import agreement, explain
-from attnviz.interventions import ZeroValue, editing
-from attnviz.samples import GENERAL
-from attnviz.tasks import Sentiment
+from attnviz.analysis.interventions import ZeroValue, editing
+from attnviz.data.samples import GENERAL
+from attnviz.training.tasks import Sentiment
 
 SENTENCES = [*GENERAL.values(), "The cat sat on the mat because it was tired.",
              "She said the results were surprising, but nobody believed her.",

@@ -11,7 +11,7 @@ from common import compare, conditions, ms, quick, save, table, text_of, tokeniz
 
 import attnviz
 from attnviz.analysis.roles import repeated_tokens
-from attnviz.interventions import Knockout, LogitDiff, patch_heads, run
+from attnviz.analysis.interventions import Knockout, LogitDiff, patch_heads, run
 
 
 def lm_timings() -> dict:

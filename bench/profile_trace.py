@@ -15,7 +15,7 @@ from common import builtin_bare, compare, conditions, ms, repeats, save, table, 
 
 import attnviz
 from attnviz.backends.common import encode
-from attnviz.capture import record
+from attnviz.capture.record import record
 
 
 def stages(key: str = "builtin:minilm", n: int = 512) -> dict:

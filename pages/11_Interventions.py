@@ -3,13 +3,13 @@
 import numpy as np
 import streamlit as st
 
-from attnviz.budget import check_forwards
+from attnviz.core.budget import check_forwards
 from attnviz.figures.analysis import DIVERGING, head_map
 from attnviz.figures.attention import weights_heatmap
 from attnviz.figures.interventions import change_map, clickable_cells, label_bars, next_token_bars, top_k_bars
-from attnviz.interventions import LabelProb, LogitDiff, describe, kind_of, patch_heads, run
+from attnviz.analysis.interventions import LabelProb, LogitDiff, describe, kind_of, patch_heads, run
 from attnviz.settings import max_forwards
-from attnviz.tokens import labels
+from attnviz.core.tokens import labels
 from attnviz.ui import interventions as ui
 from attnviz.ui.frame import frame, layer_head
 from attnviz.ui.heads import head_chart

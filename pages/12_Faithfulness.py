@@ -7,9 +7,9 @@ import streamlit as st
 from attnviz.analysis import CAVEAT
 from attnviz.analysis.faithfulness import AOPC, METHODS, agreement, explain, forwards
 from attnviz.figures.faithfulness import deletion_curves, shaded_rows
-from attnviz.interventions import ZeroValue, editing
+from attnviz.analysis.interventions import ZeroValue, editing
 from attnviz.settings import max_forwards
-from attnviz.tokens import clean
+from attnviz.core.tokens import clean
 from attnviz.ui.frame import frame, max_tokens
 from attnviz.ui.jobs import slot
 from attnviz.ui.share import plain

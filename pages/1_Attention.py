@@ -10,7 +10,7 @@ from attnviz.ui.frame import frame, layer_head
 from attnviz.ui.readable import model_output
 from attnviz.ui.heads import head_chart
 from attnviz.ui.share import chart_config, downloads
-from attnviz.views import focus_html, stack_view, stacks
+from attnviz.figures.view import focus_html, stack_view, stacks
 
 TABS = {"encoder": "Encoder", "decoder": "Decoder", "cross": "Cross"}
 AXES = {

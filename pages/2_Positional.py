@@ -4,7 +4,7 @@ attention depends on the offset between query and key."""
 import streamlit as st
 
 from attnviz.figures import positional as figs
-from attnviz.positions import attention_by_offset, similarity, sinusoidal
+from attnviz.backends.positions import attention_by_offset, similarity, sinusoidal
 from attnviz.ui.frame import frame
 
 f = frame("Positional encodings")

@@ -6,8 +6,8 @@ import streamlit as st
 
 from attnviz.figures.attention import attention_heatmap
 from attnviz.figures.norms import layer_profile, stat_heatmap, weight_heatmap
-from attnviz.norms import NAMES, STATS, layer_stats, norm_attention, norm_table
-from attnviz.tokens import labels
+from attnviz.analysis.norms import NAMES, STATS, layer_stats, norm_attention, norm_table
+from attnviz.core.tokens import labels
 from attnviz.ui.frame import frame, layer_head
 
 f = frame("Norms")

@@ -7,9 +7,9 @@ from attnviz.analysis.ablation import CITATION, MEASURES
 from attnviz.analysis.heads import stat_range
 from attnviz.analysis.rollout import FLOW, ROLLOUT
 from attnviz.figures.analysis import DIVERGING, head_map, relevance_html, relevance_map
-from attnviz.budget import check_forwards
+from attnviz.core.budget import check_forwards
 from attnviz.settings import max_flows, max_forwards
-from attnviz.tokens import labels
+from attnviz.core.tokens import labels
 from attnviz.ui.derived import derived, held
 from attnviz.ui.frame import frame, max_tokens
 from attnviz.ui.heads import head_chart

@@ -6,11 +6,11 @@ import streamlit as st
 from attnviz.analysis.roles import PROBE
 from attnviz.figures.attention import attention_heatmap
 from attnviz.figures.train import lm_curves, training_curves
-from attnviz.lm import LMConfig, PROBE as PROMPT, train_lm
+from attnviz.training.lm import LMConfig, PROBE as PROMPT, train_lm
 from attnviz.settings import max_train_steps
-from attnviz.tasks import TASKS
-from attnviz.tokens import labels
-from attnviz.train import TrainConfig, train
+from attnviz.training.tasks import TASKS
+from attnviz.core.tokens import labels
+from attnviz.training.loop import TrainConfig, train
 from attnviz.ui.frame import SESSION, frame, register_session_model, session_models
 from attnviz.ui.jobs import slot
 from attnviz.ui.share import code, plain

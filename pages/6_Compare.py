@@ -9,9 +9,9 @@ import streamlit as st
 from attnviz.analysis import CAVEAT, difference
 from attnviz.backends.common import check_text
 from attnviz.figures.analysis import difference_map
-from attnviz.samples import CONTRASTS
+from attnviz.data.samples import CONTRASTS
 from attnviz.figures.attention import attention_heatmap
-from attnviz.tokens import labels
+from attnviz.core.tokens import labels
 from attnviz.ui import share
 from attnviz.ui.share import plain
 from attnviz.ui.frame import frame, get_trace, layer_head, model_options, offered

@@ -7,8 +7,8 @@ import streamlit as st
 
 from attnviz.figures.attention import attention_heatmap
 from attnviz.figures.generate import NEW_COLOUR, mark_boundary, step_attention, top_tokens
-from attnviz.generation import MAX_NEW_TOKENS, Sampling
-from attnviz.tokens import clean, labels
+from attnviz.backends.generation import MAX_NEW_TOKENS, Sampling
+from attnviz.core.tokens import clean, labels
 from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame, layer_head, plain
 from attnviz.ui.jobs import slot

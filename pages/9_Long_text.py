@@ -9,7 +9,7 @@ import streamlit as st
 from attnviz import settings
 from attnviz.analysis import long
 from attnviz.figures import long as figs
-from attnviz.tokens import clean
+from attnviz.core.tokens import clean
 from attnviz.ui.frame import frame, layer_head
 from attnviz.ui.heads import head_chart
 from attnviz.ui.share import linked_number, plain

@@ -210,7 +210,7 @@ def test_a_session_keeps_no_trace_once_the_caches_let_go(page):
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    from attnviz.traces import AttentionTrace
+    from attnviz.core.trace import AttentionTrace
     from attnviz.ui import derived, long
 
     at = AppTest.from_file("../app.py", default_timeout=300)
@@ -276,7 +276,7 @@ def attention_page(monkeypatch, **env):
 
 
 def test_a_long_text_too_big_for_the_memory_setting_is_refused_on_any_page(monkeypatch):
-    from attnviz import footprint
+    from attnviz.backends import footprint
     from attnviz.backends import open_model
 
     text = document(500, 300)

@@ -11,14 +11,14 @@ import torch.nn.functional as F
 import attnviz
 from attnviz.analysis import attention_flow, difference, head_importance, head_stats, head_table, match, rollout
 from attnviz.analysis.ablation import probe
-from attnviz.hooks import heads_masked, projections
+from attnviz.capture.hooks import heads_masked, projections
 from attnviz.analysis.heads import STATS, is_punctuation, normalised_entropy, stat_range
 from attnviz.analysis.rollout import residual_attention
 from attnviz.backends.hf import load_hf
 from attnviz.backends.trained import TrainedClassifier
 from attnviz.nn import TextClassifier, TransformerConfig
-from attnviz.tasks import SPECIALS, Vocab
-from attnviz.traces import AttentionTrace
+from attnviz.training.tasks import SPECIALS, Vocab
+from attnviz.core.trace import AttentionTrace
 
 TEXT = "The animal didn't cross the street, because it was too tired!"
 

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 import attnviz
 from attnviz.analysis import attention_flow, difference, head_importance, head_stats, head_table, match, rollout
-from attnviz.tokens import labels
+from attnviz.core.tokens import labels
 from helpers import chart_specs, decode
 
 TEXT = "The animal didn't cross the street because it was too tired."

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from attnviz.analysis import attention_flow, difference, head_stats, match, residual_attention, rollout
-from attnviz.traces import AttentionTrace
+from attnviz.core.trace import AttentionTrace
 
 TOL = 1e-5  # float32 weights: rows sum to 1 within a few ulps
 

@@ -4,7 +4,7 @@ import numpy as np
 from streamlit.testing.v1 import AppTest
 
 import attnviz
-from attnviz.tokens import labels
+from attnviz.core.tokens import labels
 from helpers import chart_specs, decode
 
 

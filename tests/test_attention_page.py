@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 import attnviz
 from attnviz.figures.common import safe
-from attnviz.tokens import labels, merge_subwords, word_labels
+from attnviz.core.tokens import labels, merge_subwords, word_labels
 from helpers import chart_specs, decode
 
 TEXT = "The cat sat on the unbelievably soft mat."

@@ -14,7 +14,7 @@ import attnviz
 from attnviz.analysis import head_importance
 from attnviz.backends import open_model
 from attnviz.backends.builtin import minilm_path
-from attnviz.budget import heads, parameters
+from attnviz.core.budget import heads, parameters
 from conftest import ROOT
 from tiny_models import FAMILIES
 
@@ -48,7 +48,7 @@ def _bert_folder(folder, **config):
 MEASURE = textwrap.dedent("""
     import json, resource, sys
     from attnviz.backends import _import_transformers, open_model
-    from attnviz.budget import parameters
+    from attnviz.core.budget import parameters
     import transformers as tf
 
     _import_transformers()
@@ -143,7 +143,7 @@ def test_analysis_page_states_the_budgets_before_running(monkeypatch):
 
 def test_the_formula_for_configs_that_cannot_be_built_bare_is_close():
     """When a config's class cannot be built on the meta device, the usual formula stands in."""
-    from attnviz.budget import _estimate
+    from attnviz.core.budget import _estimate
 
     for config, kind in [(tf.BertConfig(), "encoder"), (tf.GPT2Config(), "decoder"), (tf.BartConfig(), "encoder-decoder")]:
         exact = parameters(config, kind)

@@ -11,7 +11,7 @@ import pytest
 from attnviz.analysis.roles import probe_trace, role_scores, role_table
 from attnviz.backends.hf import load_hf
 from attnviz.export import from_npz
-from attnviz.generation import Sampling
+from attnviz.backends.generation import Sampling
 from conftest import ROOT
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick"

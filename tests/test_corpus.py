@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import attnviz
-from attnviz import corpus as cp
+from attnviz.corpus import run as cp
 from attnviz.analysis.heads import STATS, head_stats
 from attnviz.cli import main
 from attnviz.data import CORPUS, sentences
@@ -59,7 +59,7 @@ def test_padded_batch_equals_one_text_at_a_time_hf(tiny_backend, family):
 def test_batch_recording_refuses_what_it_cannot_cut(tiny_backend):
     import torch
 
-    from attnviz.capture import record
+    from attnviz.capture.record import record
 
     net = attnviz.load("builtin:minilm").net
     with torch.inference_mode(), record(net) as rec, pytest.raises(ValueError, match="one text at a time"):

@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 import attnviz
-from attnviz.tokens import labels
+from attnviz.core.tokens import labels
 
 # HTML that would run script or add an element if it reached the page as markup, plus plotly's own markup.
 MARKUP = '<b id=pwn>bold</b><img src=x onerror="window.pwned=1"> <a href="https://evil.example/">click</a><br>%{x}'

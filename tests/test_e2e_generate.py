@@ -7,8 +7,8 @@ import urllib.parse
 from playwright.sync_api import expect
 
 from attnviz.backends.hf import load_hf
-from attnviz.generation import Sampling
-from attnviz.tokens import labels
+from attnviz.backends.generation import Sampling
+from attnviz.core.tokens import labels
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick"
 

@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 import attnviz
 from attnviz.analysis.roles import repeated_tokens
-from attnviz.interventions import Knockout, run
+from attnviz.analysis.interventions import Knockout, run
 
 POINT_XY = """(i) => {
   const gd = document.querySelector('.st-key-edit_grid .js-plotly-plot');

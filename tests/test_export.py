@@ -11,8 +11,8 @@ import attnviz
 from attnviz.analysis import heads
 from attnviz.export import figure_html, figure_name, from_npz, head_matrix, matrix_csv, stats_csv, to_npz
 from attnviz.figures.attention import attention_heatmap
-from attnviz.tokens import labels
-from attnviz.traces import AttentionTrace, Seq2SeqTrace
+from attnviz.core.tokens import labels
+from attnviz.core.trace import AttentionTrace, Seq2SeqTrace
 from helpers import decode
 
 TEXT = 'She said "=1+2" <b>twice</b>, then left\x00 — naïve 😀.'

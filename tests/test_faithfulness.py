@@ -9,7 +9,7 @@ from scipy.stats import spearmanr
 import attnviz
 from attnviz.analysis.faithfulness import (DELETION_STEPS, METHODS, agreement, explain, forwards, gradient_input,
                                            integrated_gradients, value_zeroed)
-from attnviz.interventions import Knockout, ZeroValue, editing, forward
+from attnviz.analysis.interventions import Knockout, ZeroValue, editing, forward
 
 NEGATED = "The film was not good today"  # the classifier's label hangs on "good" and the "not" before it
 

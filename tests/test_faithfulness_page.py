@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 import attnviz
 from attnviz.analysis.faithfulness import agreement, explain, forwards
-from attnviz.interventions import ZeroValue, editing
+from attnviz.analysis.interventions import ZeroValue, editing
 from helpers import chart_specs, decode
 
 TEXT = "The film was not good today"

@@ -1,4 +1,4 @@
-"""The attention explorer's pure parts: display options (attnviz.views) and figures, against plain references."""
+"""The attention explorer's pure parts: display options (attnviz.figures.view) and figures, against plain references."""
 
 import base64
 import io
@@ -12,9 +12,9 @@ from PIL import Image
 import attnviz
 from attnviz.figures.attention import QUANTISE_ABOVE, attention_heatmap, explorer_figures
 from attnviz.figures.overview import head_grid
-from attnviz.tokens import labels, merge_subwords, word_labels
-from attnviz.traces import AttentionTrace, Seq2SeqTrace
-from attnviz.views import Options, colour_top, focus_html, stack_view, stacks
+from attnviz.core.tokens import labels, merge_subwords, word_labels
+from attnviz.core.trace import AttentionTrace, Seq2SeqTrace
+from attnviz.figures.view import Options, colour_top, focus_html, stack_view, stacks
 from helpers import decode
 
 TOKENS = ("[CLS]", "the", "un", "##believ", "##able", "cat", "the", "[SEP]")

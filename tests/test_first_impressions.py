@@ -15,7 +15,7 @@ from attnviz import cli
 from attnviz.analysis import long
 from attnviz.analysis.roles import ROLES, probe_trace, role_scores, role_table, strongest
 from attnviz.figures.roles import ROLE_COLOURS, role_grid
-from attnviz.samples import BY_MODEL, GENERAL, STORIES, UNKNOWN, samples_for, unknown_share
+from attnviz.data.samples import BY_MODEL, GENERAL, STORIES, UNKNOWN, samples_for, unknown_share
 from conftest import ROOT
 from test_analysis_pages import charts, ok, run, select
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import transformers as tf
 
-from attnviz.generation import Sampling
+from attnviz.backends.generation import Sampling
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick"
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

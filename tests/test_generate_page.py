@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from attnviz.backends.hf import load_hf
-from attnviz.generation import Sampling
-from attnviz.tokens import clean, labels
+from attnviz.backends.generation import Sampling
+from attnviz.core.tokens import clean, labels
 from helpers import decode
 from test_analysis_pages import charts, ok, run
 

@@ -17,7 +17,7 @@ import attnviz
 from attnviz.backends import open_model
 from attnviz.backends.builtin import minilm_path
 from attnviz.backends.hf import load_hf
-from attnviz.tokens import clean
+from attnviz.core.tokens import clean
 
 TEXT = "The quick brown fox jumps over the lazy dog, and the dog sleeps."
 TARGET = "A fox jumps."
@@ -386,7 +386,7 @@ def test_a_model_that_does_not_really_switch_its_attention_is_refused(tiny_backe
 
 def test_a_causal_stack_whose_weights_reach_later_tokens_is_caught():
     from attnviz.backends.hf import causal_leak
-    from attnviz.weights import DenseWeights, LayerQK, OnDemandWeights
+    from attnviz.core.weights import DenseWeights, LayerQK, OnDemandWeights
 
     q, k = torch.randn(2, 5, 4), torch.randn(2, 5, 4)
     assert causal_leak(OnDemandWeights([LayerQK(q, k, 0.5, causal=True)])) == ""

@@ -1,4 +1,4 @@
-"""Edits inside attention (attnviz.interventions) against references: a no-op edit changes nothing, the edited
+"""Edits inside attention (attnviz.analysis.interventions) against references: a no-op edit changes nothing, the edited
 forward of tiny GPT-2 and Llama equals an eager re-implementation of the same edit, and on builtin:lm's repeated-
 token probe the induction heads are what the model needs and what patching finds."""
 
@@ -12,7 +12,7 @@ from attnviz import load
 from attnviz.analysis.roles import repeated_tokens, role_scores
 from attnviz.backends.common import encode
 from attnviz.backends.hf import load_hf
-from attnviz.interventions import (Knockout, LabelProb, LogitDiff, Pattern, ZeroValue, forward, patch_heads, run)
+from attnviz.analysis.interventions import (Knockout, LabelProb, LogitDiff, Pattern, ZeroValue, forward, patch_heads, run)
 
 
 @pytest.fixture(scope="module")

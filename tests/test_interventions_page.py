@@ -6,7 +6,7 @@ import pytest
 
 import attnviz
 from attnviz.analysis.roles import repeated_tokens
-from attnviz.interventions import Knockout, LogitDiff, Pattern, patch_heads, run as run_edits
+from attnviz.analysis.interventions import Knockout, LogitDiff, Pattern, patch_heads, run as run_edits
 from helpers import decode
 from test_analysis_pages import charts, ok, run, select
 

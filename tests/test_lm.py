@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from attnviz.analysis.roles import probe_trace, role_scores
 from attnviz.backends.lm import TrainedLM, build, load_lm
 from attnviz.backends.trained import save_checkpoint
-from attnviz.generation import Sampling
-from attnviz.lm import VOCAB, LMConfig, batch, document, train_lm
+from attnviz.backends.generation import Sampling
+from attnviz.training.lm import VOCAB, LMConfig, batch, document, train_lm
 from attnviz.nn.attention import causal_mask, scaled_dot_product_attention
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -28,7 +28,7 @@ from websockets.sync.client import connect
 import attnviz
 from attnviz.backends.common import check_text, encode
 from attnviz.figures.common import safe
-from attnviz.tokens import labels
+from attnviz.core.tokens import labels
 from conftest import ROOT, start_server
 
 SESSIONS = 8

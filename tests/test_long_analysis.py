@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import attnviz
-import attnviz.weights
+import attnviz.core.weights
 from attnviz.analysis import long
 from attnviz.figures import long as figs
-from attnviz.traces import AttentionTrace
+from attnviz.core.trace import AttentionTrace
 from helpers import decode
 
 TEXT = "the quick brown fox jumps over a lazy dog, and then it sleeps. " * 12
@@ -25,7 +25,7 @@ def trace():
 @pytest.fixture
 def small_tiles(monkeypatch):
     """Tiles of a few rows, so row blocks, tiles and the last short block all fall differently."""
-    monkeypatch.setattr(attnviz.weights, "TILE_FLOATS", 1 << 13)
+    monkeypatch.setattr(attnviz.core.weights, "TILE_FLOATS", 1 << 13)
 
 
 def blocks_ref(a: np.ndarray, b: int, how) -> np.ndarray:
@@ -74,7 +74,7 @@ def test_a_survey_read_during_the_forward_equals_one_read_after_it(key, small_ti
     """``capture.reducing``: the forward attends with the tiles it hands the reducer (its own encoder, its causal
     language model, Hugging Face's attention function, soft-capping and sliding windows, an encoder–decoder's
     encoder): the survey equals one read from the trace's weights, and the trace equals a plain one within 1e-5."""
-    from attnviz.capture import reducing
+    from attnviz.capture.record import reducing
 
     model = attnviz.load(key) if key.startswith("builtin:") else tiny_backend(key)
     text = TEXT if key != "builtin:lm" else "A B C D E F A B C D E F G H " * 4
@@ -89,7 +89,7 @@ def test_a_survey_read_during_the_forward_equals_one_read_after_it(key, small_ti
 
 
 def test_a_survey_is_not_read_from_a_padded_batch_or_outside_the_block():
-    from attnviz.capture import record, reducing
+    from attnviz.capture.record import record, reducing
 
     model = attnviz.load("builtin:seed")
     ids = torch.tensor([model.tokenizer(TEXT).input_ids] * 2)
@@ -122,7 +122,7 @@ def test_columns_windows_and_rows_are_exact(trace, small_tiles):
     np.testing.assert_allclose(trace.column(2, 3, 17), A[2, 3, :, 17], rtol=1e-6)
     np.testing.assert_allclose(trace.column(2, None, 17), A[2, :, :, 17].mean(0), rtol=1e-5)
     np.testing.assert_allclose(trace.column(2, 5, 40), A[2, 5, :, 40], rtol=1e-6)  # normalisers the mean made
-    held = attnviz.weights.DenseWeights(A)  # an eager model's weights: the column is read tile by tile
+    held = attnviz.core.weights.DenseWeights(A)  # an eager model's weights: the column is read tile by tile
     np.testing.assert_array_equal(held.column(2, 3, 17), A[2, 3, :, 17])
     np.testing.assert_allclose(held.column(2, None, 17), A[2, :, :, 17].mean(0), rtol=1e-6)
     np.testing.assert_allclose(long.window(trace.weights, 4, 1, 30, 95), A[4, 1, 30:95, 30:95], rtol=1e-6)

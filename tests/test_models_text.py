@@ -3,7 +3,7 @@
 from streamlit.testing.v1 import AppTest
 
 import attnviz
-from attnviz.samples import DATES, GENERAL, REVIEWS
+from attnviz.data.samples import DATES, GENERAL, REVIEWS
 
 DEFAULT = GENERAL["Coreference"]
 

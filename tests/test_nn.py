@@ -12,8 +12,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from attnviz.capture import record
-from attnviz.hooks import heads_masked
+from attnviz.capture.record import record
+from attnviz.capture.hooks import heads_masked
 
 from attnviz.nn import (
     Decoder,

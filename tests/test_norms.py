@@ -1,7 +1,7 @@
 """Norm statistics against a recomputation from hidden states, attention weights and the models' weights.
 
 Built-in MiniLM returns them from its own forward; Hugging Face models get them from one-call forward hooks
-(attnviz.hooks), which must leave the shared model as they found it. References are float64.
+(attnviz.capture.hooks), which must leave the shared model as they found it. References are float64.
 """
 
 import numpy as np
@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from attnviz.backends import load
-from attnviz.hooks import record
-from attnviz.norms import layer_stats, norm_attention, norm_table
-from attnviz.traces import NORM_KEYS
+from attnviz.capture.hooks import record
+from attnviz.analysis.norms import layer_stats, norm_attention, norm_table
+from attnviz.core.trace import NORM_KEYS
 
 TEXT = "The quick brown fox jumps over the lazy dog. Where is the station?"
 RTOL, ATOL = 2e-4, 1e-6

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("anywidget", reason="pip install -r requirements-notebook.txt")
 
 import attnviz  # noqa: E402
-from attnviz.tokens import labels  # noqa: E402
+from attnviz.core.tokens import labels  # noqa: E402
 from attnviz.ui import notebook  # noqa: E402
 
 MB2 = 2 * 2**20
@@ -160,7 +160,7 @@ def test_the_static_display_is_two_pngs_of_the_overview_and_the_head():
     np.testing.assert_array_equal(overview, view.overview_image()[0])
     # The head's image is its weights on the app's colour scale, up to the head's own high quantile.
     w = t.head(1, 3)
-    levels = np.rint(np.clip(w / attnviz.views.colour_top(w), 0, 1) * 255).astype(int)
+    levels = np.rint(np.clip(w / attnviz.figures.view.colour_top(w), 0, 1) * 255).astype(int)
     np.testing.assert_array_equal(head, notebook.lut()[levels])
     bundle = notebook.static_bundle(t)
     assert set(bundle) == {"text/html", "image/png", "text/plain"}

@@ -16,7 +16,7 @@ import nbformat  # noqa: E402
 from jupyter_core.utils import run_sync  # noqa: E402
 from nbclient import NotebookClient  # noqa: E402
 
-from attnviz.tokens import labels  # noqa: E402
+from attnviz.core.tokens import labels  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WIDGET = "application/vnd.jupyter.widget-view+json"

@@ -199,7 +199,7 @@ def test_a_keys_column_from_each_rows_normaliser_equals_the_weights(kind):
     """LayerQK.column: one key's scores against each row's normaliser equal that key's column of the softmaxed
     weights, with grouped-query keys, a causal window, soft-capping with a relative bias, and a mask that hides
     one query row's every key (its column entries are 0, not NaN)."""
-    from attnviz.weights import LayerQK
+    from attnviz.core.weights import LayerQK
 
     g = torch.Generator().manual_seed(0)
     H, Tq, Tk, Dh = 4, 9, 12, 8

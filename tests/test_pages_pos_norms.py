@@ -13,9 +13,9 @@ from streamlit.runtime.memory_media_file_storage import _calculate_file_id
 from streamlit.testing.v1 import AppTest
 
 from attnviz.backends import load
-from attnviz.norms import NAMES, layer_stats, norm_attention, norm_table
-from attnviz.positions import attention_by_offset, position_info, similarity, sinusoidal
-from attnviz.tokens import labels
+from attnviz.analysis.norms import NAMES, layer_stats, norm_attention, norm_table
+from attnviz.backends.positions import attention_by_offset, position_info, similarity, sinusoidal
+from attnviz.core.tokens import labels
 from helpers import chart_specs, decode
 
 TEXT = "The quick brown fox jumps over the <b>lazy</b> dog. Where is the station?"

@@ -9,7 +9,7 @@ from safetensors.numpy import load_file
 
 from attnviz.backends import load
 from attnviz.backends.builtin import minilm_path
-from attnviz.positions import attention_by_offset, position_info, rotary_frequencies, similarity, sinusoidal
+from attnviz.backends.positions import attention_by_offset, position_info, rotary_frequencies, similarity, sinusoidal
 
 
 @pytest.mark.parametrize("T, D", [(50, 16), (7, 9), (600, 512)])

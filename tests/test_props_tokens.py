@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 import attnviz
 from attnviz.backends.common import MAX_CHARS, check_text, encode
 from attnviz.figures.common import safe
-from attnviz.tokens import clean, labels, word_labels, word_spans
+from attnviz.core.tokens import clean, labels, word_labels, word_spans
 
 # Any code point (surrogates too), and a dense mix of what breaks things: markup, templates, subword
 # markers, special-token spellings, zero-width joiners, right-to-left marks, combining accents, controls.

@@ -8,7 +8,7 @@ from transformers import AutoTokenizer
 
 from attnviz.backends.builtin import minilm_path
 from attnviz.backends.common import encode
-from attnviz.tokens import clean, labels, merge_matrix, merge_subwords, word_labels, word_spans
+from attnviz.core.tokens import clean, labels, merge_matrix, merge_subwords, word_labels, word_spans
 
 
 @pytest.mark.parametrize("token,shown", [

@@ -6,7 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
-from attnviz.traces import NORM_KEYS, AttentionTrace, Seq2SeqTrace
+from attnviz.core.trace import NORM_KEYS, AttentionTrace, Seq2SeqTrace
 
 L, H, T, D = 2, 3, 4, 5
 TOKENS = ("[CLS]", "hello", "world", "[SEP]")

@@ -6,9 +6,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from attnviz.figures.common import safe
-from attnviz.lm import LMConfig, train_lm
-from attnviz.tasks import TASKS
-from attnviz.tokens import labels
+from attnviz.training.lm import LMConfig, train_lm
+from attnviz.training.tasks import TASKS
+from attnviz.core.tokens import labels
 from helpers import chart_specs, decode
 
 

@@ -1,6 +1,6 @@
 """Head importance by ablation (Michel et al. 2019): remove one head, measure how the model's output moves.
 
-Every backend masks heads the same way (``attnviz.hooks.heads_masked``: a forward pre-hook on each layer's
+Every backend masks heads the same way (``attnviz.capture.hooks.heads_masked``: a forward pre-hook on each layer's
 attention output projection zeroes the head's slice of its input, for one call) and says what its output is
 (``backend.ablation(text) -> (measure, run)``); this module only scores the change.
 """
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..budget import check_forwards
+from ..core.budget import check_forwards
 
 CITATION = "Michel et al. 2019, *Are Sixteen Heads Really Better than One?*"
 MEASURES = {

@@ -8,7 +8,7 @@ the deletion curves, sets its token embedding to the integrated-gradients baseli
 
 The model is a loaded backend, duck-typed: ``trace(text, max_tokens=…)`` and ``scorer(text, target, max_tokens)``
 (``attnviz.backends.common.Scorer``: the prediction as a differentiable function of the token embeddings). Value
-zeroing is attnviz.interventions' ``ZeroValue`` edit, handed in by the caller as ``zero_value``: that module drives
+zeroing is attnviz.analysis.interventions' ``ZeroValue`` edit, handed in by the caller as ``zero_value``: that module drives
 backends, so this one (which never imports a backend) cannot import it.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..budget import check_forwards
+from ..core.budget import check_forwards
 from .rollout import rollout
 
 IG_STEPS = 64  # integrated gradients' quadrature points: Explanation.completeness says how close they came
@@ -114,7 +114,7 @@ def _batched(score: Callable, xs: torch.Tensor, tick=None) -> np.ndarray:
 
 def value_zeroed(scorer, zero_value: Callable, tick=None) -> np.ndarray:
     """(T,) the score with token j's value vectors zeroed, for each j: one recorded forward inside ``zero_value(j)``
-    each (``lambda j: editing([ZeroValue(j)])`` from attnviz.interventions)."""
+    each (``lambda j: editing([ZeroValue(j)])`` from attnviz.analysis.interventions)."""
     out = []
     with torch.no_grad():
         for j in range(len(scorer.embeds)):
@@ -195,7 +195,7 @@ def explain(model, text: str, target: str | None = None, steps: int = IG_STEPS,
     alone[torch.arange(T), torch.arange(T)] = 0.0
     occluded = _batched(s.score, alone, tick=tick)
     if zero_value is None:
-        missing["value zeroing"] = "no zero_value was given (attnviz.interventions' ZeroValue edit)"
+        missing["value zeroing"] = "no zero_value was given (attnviz.analysis.interventions' ZeroValue edit)"
         tick(T)
     else:
         importance["value zeroing"] = base - value_zeroed(s, zero_value, tick)

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..tokens import clean
+from ..core.tokens import clean
 
 
 class Stat(NamedTuple):

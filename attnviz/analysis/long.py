@@ -14,10 +14,10 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from ..tokens import clean, word_spans
-from .. import weights as _weights
-from ..capture import reducing
-from ..weights import Weights, block_counts, block_reduce
+from ..core.tokens import clean, word_spans
+from ..core import weights as _weights
+from ..capture.record import reducing
+from ..core.weights import Weights, block_counts, block_reduce
 
 SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the first token is flagged a sink
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..tokens import clean
+from ..core.tokens import clean
 from .heads import is_punctuation
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..capture import record
+from ..capture.record import record
 from ..nn import EncoderModel, TransformerConfig
-from ..traces import AttentionTrace
+from ..core.trace import AttentionTrace
 from .common import Encoded, Scorer, TorchBackend, check_text, encode, ordinary_ids, stack_trace, wrapped
 from .lm import LM
 from .trained import TRAINED

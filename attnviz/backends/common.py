@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from .. import settings
-from ..capture import record
-from ..hooks import heads_masked, missing_note, projections
+from ..capture.record import record
+from ..capture.hooks import heads_masked, missing_note, projections
 
 log = logging.getLogger("attnviz")
 
@@ -119,7 +119,7 @@ def stack_trace(key: str, enc: Encoded, text: str, kind: str, weights, hidden_st
                 capture: str = "interface"):
     """The one place a backend's run becomes a trace: one stack's tokens (``enc``), weights (a Weights source),
     hidden states (L+1 batch-of-one tensors) and norm statistics."""
-    from ..traces import AttentionTrace
+    from ..core.trace import AttentionTrace
 
     L, H, T = weights.shape[:3]
     wants = {k: (L, H, T) if k == "value_norms" else (L, T) for k in norms}
@@ -148,7 +148,7 @@ class Scorer(NamedTuple):
     probability: bool  # True: the score is the target's log-odds, so sigmoid(score) is its probability
     position: int | None  # the query position the prediction reads; None: every position alike (mean pooling)
     embeds: torch.Tensor  # (T, D) the token embeddings (positions are added inside the model)
-    score: Callable  # token embeddings (B, T, D) -> (B,) float64; recorded=True: one text, attnviz.interventions' edits apply
+    score: Callable  # token embeddings (B, T, D) -> (B,) float64; recorded=True: one text, attnviz.analysis.interventions' edits apply
 
 
 def log_odds(logits: torch.Tensor, c: int) -> torch.Tensor:
@@ -178,7 +178,7 @@ class Backend(Protocol):
         in plain words where ablation is not supported); ``measure`` names it (attnviz.analysis.ablation)."""
 
     def position_info(self):
-        """The model's own position information (``attnviz.positions.PositionInfo``)."""
+        """The model's own position information (``attnviz.backends.positions.PositionInfo``)."""
 
     def scorer(self, text: str, target: str | None = None, max_tokens: int | None = None) -> Scorer:
         """The prediction to explain (a ValueError in plain words where the model has none): the predicted or
@@ -201,7 +201,7 @@ class TorchBackend:
         return self.limit()
 
     def position_info(self):
-        from ..positions import position_info
+        from .positions import position_info
 
         return position_info(self.net)
 

@@ -23,12 +23,12 @@ import torch
 import torch.nn.functional as F
 
 from .. import settings
-from ..budget import check_budget
-from ..capture import record
-from ..generation import Generation, Sampling, top_next
-from ..traces import AttentionTrace, Seq2SeqTrace, stacks
-from ..weights import DenseWeights
-from . import hf_attention
+from ..core.budget import check_budget
+from ..capture.record import record
+from .generation import Generation, Sampling, top_next
+from ..core.trace import AttentionTrace, Seq2SeqTrace, stacks
+from ..core.weights import DenseWeights
+from ..capture import hf as hf_attention
 from .common import (Encoded, Scorer, TorchBackend, check_text, encode, log_odds, ordinary_ids, stack_trace, stacked,
                      wrapped)
 from .trained import ENCODER_DECODER_ABLATION

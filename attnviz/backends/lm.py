@@ -1,4 +1,4 @@
-"""``builtin:lm``: attnviz's own decoder-only language model, trained on generated stories (attnviz.lm).
+"""``builtin:lm``: attnviz's own decoder-only language model, trained on generated stories (attnviz.training.lm).
 
 A checkpoint is ``lm.safetensors`` (weights) beside ``lm.json`` (config, vocabulary, training log).
 """
@@ -13,11 +13,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..capture import record
-from ..generation import Generation, Sampling, top_next
+from ..capture.record import record
+from .generation import Generation, Sampling, top_next
 from ..nn import LanguageModel, TransformerConfig
-from ..tasks import BOS, EOS, SPECIALS, Vocab
-from ..traces import AttentionTrace
+from ..training.tasks import BOS, EOS, SPECIALS, Vocab
+from ..core.trace import AttentionTrace
 from .common import Encoded, Scorer, TorchBackend, check_text, log_odds, stack_trace
 from .trained import CHECKPOINTS
 
@@ -26,8 +26,8 @@ DESCRIPTION = ("a {n_layers}-layer × {n_heads}-head decoder-only language model
 
 
 def build(c) -> LanguageModel:
-    """The language model at the sizes of an ``attnviz.lm.LMConfig``."""
-    from ..lm import VOCAB
+    """The language model at the sizes of an ``attnviz.training.lm.LMConfig``."""
+    from ..training.lm import VOCAB
 
     return LanguageModel(TransformerConfig(
         vocab_size=len(VOCAB), d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, n_layers=c.n_layers,

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..capture import record
+from ..capture.record import record
 from ..nn import TextClassifier, TransformerConfig, Translator
-from ..tasks import BOS, EOS, SPECIALS, Vocab
-from ..traces import AttentionTrace, Seq2SeqTrace
+from ..training.tasks import BOS, EOS, SPECIALS, Vocab
+from ..core.trace import AttentionTrace, Seq2SeqTrace
 from .common import Encoded, Scorer, TorchBackend, check_text, log_odds, stack_trace
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"

@@ -60,7 +60,7 @@ def head_map(values: np.ndarray, title: str, zrange: tuple[float, float] | None 
 def relevance_map(relevance: np.ndarray, labels, title: str, value_name: str = "relevance") -> go.Figure:
     """(L, T) relevance of every input token after every layer: rows are layers, columns tokens.
 
-    Labels must be unique per position (``attnviz.tokens.labels``) since the token axis is categorical.
+    Labels must be unique per position (``attnviz.core.tokens.labels``) since the token axis is categorical.
     """
     relevance = np.asarray(relevance, np.float64)
     L, T = relevance.shape
@@ -98,7 +98,7 @@ def relevance_html(labels, relevance: np.ndarray) -> str:
 def difference_map(diff: np.ndarray, labels, title: str) -> go.Figure:
     """(M, M) weight differences at matched positions; colours symmetric around 0, ±1 at most.
 
-    Labels must be unique per position (``attnviz.tokens.labels``) since the axes are categorical.
+    Labels must be unique per position (``attnviz.core.tokens.labels``) since the axes are categorical.
     """
     diff = np.asarray(diff, np.float64)
     if diff.shape != (len(labels), len(labels)):

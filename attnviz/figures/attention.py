@@ -7,7 +7,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from ..views import StackView, colour_position, colour_top, focus_weights, head_weights, log_ticks
+from .view import StackView, colour_position, colour_top, focus_weights, head_weights, log_ticks
 from .analysis import head_map
 from .common import (KEY_BELOW, KEY_UNDER, LABELS_BELOW, LINE_BREAK, NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, labels_margin,
                      right_of_key_under, safe, top_title)
@@ -27,7 +27,7 @@ def weights_heatmap(
     """A (rows, columns) heatmap of weights: colours from 0 up to the weights' own high quantile
     (``colour_top``, written on the colour bar), 0–1 with ``full_range``, or log10 with ``log_scale``.
 
-    Labels must be unique per position (``attnviz.tokens.labels``) since the axes are categorical.
+    Labels must be unique per position (``attnviz.core.tokens.labels``) since the axes are categorical.
     ``masked`` (same shape, True on a suffix of each row) is drawn grey as "masked: future tokens".
     Hover shows the weight to three significant digits, also when colours are sent as uint8. ``height``: pixels
     under the title and the top labels (default: 14 a row, 200–800). ``key_below``: the colour bar lies under the

@@ -23,7 +23,7 @@ def mark_boundary(fig: go.Figure, boundary: int, both: bool = True) -> go.Figure
 
 def step_attention(weights: np.ndarray, labels, boundary: int, query: int, title: str) -> go.Figure:
     """Bars of what query position ``query`` attends to over keys 0..query: prompt keys in blue, generated
-    keys in orange, the boundary dashed. ``labels`` are unique per position (``attnviz.tokens.labels``)."""
+    keys in orange, the boundary dashed. ``labels`` are unique per position (``attnviz.core.tokens.labels``)."""
     w = np.asarray(weights, np.float64)[: query + 1]
     x = np.arange(len(w))
     shown = safe(labels[: len(w)])

@@ -12,7 +12,7 @@ import plotly.colors
 import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
-from ..tokens import clean
+from ..core.tokens import clean
 from .common import (EDGE, KEY_BELOW, KEY_UNDER, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE,
                      SIDE_KEY, labels_margin, right_of_key_under, safe, top_title)
 

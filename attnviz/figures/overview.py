@@ -14,7 +14,7 @@ import plotly.colors
 import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
-from ..views import colour_position, colour_tops
+from .view import colour_position, colour_tops
 from .common import NUMBERS_LEFT, PROB_SCALE, top_title
 
 TILE = 64  # pixels per tile side at most; more than a tile ever gets on screen in a 12-head row

@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 
 
 def training_curves(history: list[dict], title: str = "") -> go.Figure:
-    """Loss (left axis) and accuracy (right axis, fixed 0–1) from ``attnviz.train`` history rows.
+    """Loss (left axis) and accuracy (right axis, fixed 0–1) from ``attnviz.training.loop`` history rows.
 
     Each row has ``step``, ``loss``, ``accuracy`` (training batch) and ``eval_accuracy`` (held-out or None).
     """
@@ -34,7 +34,7 @@ def training_curves(history: list[dict], title: str = "") -> go.Figure:
 
 def lm_curves(history: list[dict], title: str = "") -> go.Figure:
     """A language model's loss (left axis) and its best induction and previous-token scores on the standard
-    probe (right axis, 0–1) from ``attnviz.lm`` history rows: the induction curve's jump is the phase change
+    probe (right axis, 0–1) from ``attnviz.training.lm`` history rows: the induction curve's jump is the phase change
     in which induction heads form (Olsson et al. 2022)."""
     steps = [h["step"] for h in history]
     evals = [h for h in history if h["induction"] is not None]

@@ -13,11 +13,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..weights import LayerQK
+from ..core.weights import LayerQK
 
-# The recorder of the forward running in this thread (``attnviz.capture.record``), None outside one.
+# The recorder of the forward running in this thread (``attnviz.capture.record.record``), None outside one.
 RECORDER: ContextVar = ContextVar("attnviz_recorder", default=None)
-# The edits of the forward running in this thread (``attnviz.interventions``), None outside one: inside a recorded
+# The edits of the forward running in this thread (``attnviz.analysis.interventions``), None outside one: inside a recorded
 # forward each attention call folds them into its LayerQK recipe and attends with the edited weights.
 EDITOR: ContextVar = ContextVar("attnviz_editor", default=None)
 
@@ -44,7 +44,7 @@ def attend(module, q, k, v, mask=None, causal: bool = False, dropout: nn.Module 
     """The attention of attnviz's own modules -> (out (B, H, Tq, Dv), weights (B, H, Tq, Tk) or None).
 
     ``mask`` is boolean (True = may attend) and broadcasts to (B, H, Tq, Tk); ``causal`` hides later keys.
-    Inside ``attnviz.capture.record`` the call hands its queries, keys and mask (per text, cut to its length in
+    Inside ``attnviz.capture.record.record`` the call hands its queries, keys and mask (per text, cut to its length in
     a padded batch) to the recorder and runs torch's fused SDPA, returning no weights (the trace computes them
     on demand); otherwise it returns them.
     """

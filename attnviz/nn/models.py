@@ -45,7 +45,7 @@ class TransformerConfig:
 class StackOutput(NamedTuple):
     """What a stack of layers returns; lists have one entry per layer (hidden_states: L+1).
 
-    Inside ``attnviz.capture.record`` the weights are None: the recorder has the queries and keys instead.
+    Inside ``attnviz.capture.record.record`` the weights are None: the recorder has the queries and keys instead.
     """
 
     last: torch.Tensor  # (B, T, D), after the final norm when there is one

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz.views import Options
+from attnviz.figures.view import Options
 
 
 def display_options() -> tuple[Options, bool]:

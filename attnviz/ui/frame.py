@@ -15,10 +15,11 @@ from typing import NamedTuple
 
 import streamlit as st
 
-from attnviz import footprint, settings
+from attnviz import settings
+from attnviz.backends import footprint
 from attnviz.backends import DEFAULT_MODEL, list_models, normalise, open_model
 from attnviz.backends.common import check_text
-from attnviz.samples import ALL_SAMPLES, samples_for
+from attnviz.data.samples import ALL_SAMPLES, samples_for
 from attnviz.ui import collect, heads, jobs, share
 from attnviz.ui.readable import unknown_note
 from attnviz.ui.share import plain

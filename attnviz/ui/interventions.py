@@ -1,6 +1,6 @@
 """The Interventions page's widgets: build edits from the head and cell picked, keep them in the link, run them.
 
-The edits live in one text box bound to the URL (``edits=ko:1.0,pat:0.1:previous``, ``attnviz.interventions.spell``),
+The edits live in one text box bound to the URL (``edits=ko:1.0,pat:0.1:previous``, ``attnviz.analysis.interventions.spell``),
 so a copied link reproduces them; each part the model cannot take is left out with a note, as a bad layer or head
 in a link is. One run (the text as it is and edited) is two forwards, kept for this session only.
 """
@@ -11,7 +11,7 @@ from functools import partial
 
 import streamlit as st
 
-from attnviz.interventions import Knockout, Pattern, ZeroValue, parse, run, spell
+from attnviz.analysis.interventions import Knockout, Pattern, ZeroValue, parse, run, spell
 from attnviz.ui.share import code, note, plain
 
 EDITS_KEY = "edits"

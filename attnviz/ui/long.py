@@ -11,14 +11,14 @@ from typing import NamedTuple
 import numpy as np
 import streamlit as st
 
-from attnviz import footprint
+from attnviz.backends import footprint
 from attnviz.analysis.long import Reducer, Survey, block_size, survey, traced, window
 from attnviz.backends import normalise
 from attnviz.backends.common import MAX_CHARS
 from attnviz.figures import long as figs
 from attnviz.ui import jobs
 from attnviz.ui.derived import nbytes
-from attnviz.weights import TILE_FLOATS
+from attnviz.core.weights import TILE_FLOATS
 from attnviz.ui.frame import BAR_KEY, resolve
 from attnviz.ui.share import linked_number, max_chars
 

@@ -27,10 +27,10 @@ from ..analysis.long import block_size, window as long_window
 from ..figures.common import PROB_SCALE
 from ..figures.long import overview_size
 from ..figures.overview import MASK_COLOUR, TILE, max_pool, mosaic
-from ..outputs import from_attentions
-from ..tokens import clean, labels
-from ..traces import AttentionTrace, Seq2SeqTrace, stacks
-from ..views import colour_top
+from ..core.outputs import from_attentions
+from ..core.tokens import clean, labels
+from ..core.trace import AttentionTrace, Seq2SeqTrace, stacks
+from ..figures.view import colour_top
 
 SCREEN = 512  # a head up to SCREEN × SCREEN cells is sent whole (1 MB of float32); a longer one as blocks + window
 DETAIL = 256  # blocks a side of a long head at block resolution (as the Long text page)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz.samples import TOO_MANY_UNKNOWN, samples_for, unknown_share
+from attnviz.data.samples import TOO_MANY_UNKNOWN, samples_for, unknown_share
 
 
 def _use(text: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .traces import AttentionTrace, Seq2SeqTrace
+from .trace import AttentionTrace, Seq2SeqTrace
 
 SPECIALS = ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]", "<s>", "</s>", "<pad>", "<unk>", "<mask>",
             "<|endoftext|>", "<bos>", "<eos>")

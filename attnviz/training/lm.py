@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .tasks import BOS, SPECIALS, Vocab
-from .train import check_sizes, schedule, update
+from .loop import check_sizes, schedule, update
 
 NAMES = ("anna", "ben", "cleo", "dan", "eva", "finn", "gus", "hana", "ivan", "jo", "kim", "leo", "mia", "nils")
 NOUNS = ("cat", "dog", "bird", "fox", "ball", "box", "tree", "house", "river", "boat", "hat", "cake", "book",
@@ -125,7 +125,7 @@ class TrainedLMResult(NamedTuple):
 
 def probe_scores(model) -> tuple[float, float]:
     """(best induction score, best previous-token score) over the heads, on the standard probe."""
-    from .analysis.roles import probe_trace, role_scores
+    from ..analysis.roles import probe_trace, role_scores
 
     s = role_scores(probe_trace(model))
     return float(s["induction"].max()), float(s["previous"].max())
@@ -135,7 +135,7 @@ def train_lm(config: LMConfig | None = None, on_step: Callable[[LMProgress], Non
              key: str = "trained:lm", threads: int | None = 1) -> TrainedLMResult:
     """Train a fresh language model on the generated stories; ``on_step`` every ``log_every`` steps and at
     evaluations. ``threads``: torch CPU threads while training (restored after)."""
-    from .backends.lm import TrainedLM, build
+    from ..backends.lm import TrainedLM, build
 
     c = config or LMConfig()
     before = torch.get_num_threads()

@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .tokens import clean, labels, word_labels, word_spans
-from .traces import stacks as trace_stacks
+from ..core.tokens import clean, labels, word_labels, word_spans
+from ..core.trace import stacks as trace_stacks
 
 LOG_DECADES = 4  # the log colour scale spans 1e-4 … 1; smaller weights get the lowest colour
 
@@ -101,7 +101,7 @@ def renormalise(attn: np.ndarray) -> np.ndarray:
 def merge_words(attn: np.ndarray, q_spans, k_spans) -> np.ndarray:
     """Word-level weights (..., Wq, Wk) from token-level (..., Tq, Tk): sum over key pieces, mean over query pieces.
 
-    The same convention as ``attnviz.tokens.merge_subwords``, without its (T, W) matmuls, which take
+    The same convention as ``attnviz.core.tokens.merge_subwords``, without its (T, W) matmuls, which take
     seconds for every head at 512 tokens.
     """
     q_sizes = np.array([b - a for a, b in q_spans])

@@ -22,8 +22,8 @@ from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 
 from . import hooks
-from .nn.attention import RECORDER as _ACTIVE
-from .weights import LayerQK, OnDemandWeights
+from ..nn.attention import RECORDER as _ACTIVE
+from ..core.weights import LayerQK, OnDemandWeights
 
 # Submodule names of cross-attention in the families attnviz knows (BART/Marian, T5, BERT decoders, its own).
 CROSS = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn")

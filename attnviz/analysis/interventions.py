@@ -22,10 +22,10 @@ from typing import Callable, Union
 import numpy as np
 import torch
 
-from .backends import load
-from .budget import check_forwards
-from .nn.attention import EDITOR
-from .weights import LayerQK
+from ..backends import load
+from ..core.budget import check_forwards
+from ..nn.attention import EDITOR
+from ..core.weights import LayerQK
 
 PATTERNS = ("uniform", "previous", "first")
 MOHEBBI = "Mohebbi et al. 2023, *Quantifying Context Mixing in Transformers*"

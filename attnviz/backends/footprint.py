@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import weakref
 
-from .backends.common import encode
+from .common import encode
 
 PROBE_WORDS = (8, 24)  # two short texts: their traces' sizes give the fixed and the per-token part
 

@@ -1,6 +1,6 @@
 """The trace: the one record every view reads, with any head's weights exact and on demand.
 
-Numpy out, no batch dimension, read-only. Weights come from a ``Weights`` source (``attnviz.weights``): the
+Numpy out, no batch dimension, read-only. Weights come from a ``Weights`` source (``attnviz.core.weights``): the
 captured queries and keys of a run, or a dense array. ``head``, ``row``, ``received`` and ``pooled`` compute
 only what they return; ``attentions`` materialises (L, H, T, T) once, where it fits ``ATTNVIZ_MAX_DENSE_MB``.
 Shapes use the legend in ``attnviz/__init__.py``.

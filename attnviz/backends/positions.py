@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .nn import SinusoidalPositions, TransformerConfig, sinusoidal_encoding
+from ..nn import SinusoidalPositions, TransformerConfig, sinusoidal_encoding
 
 KINDS = ("learned", "sinusoidal", "rotary", "relative", "none")
 METRICS = ("dot", "cosine")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .traces import NORM_KEYS
+from ..core.trace import NORM_KEYS
 
 # Per-layer statistics as rows of the Norms page, in display order: name -> what it is.
 STATS = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..nn.attention import EDITOR, RECORDER, causal_mask
-from ..weights import LayerQK
+from ..core.weights import LayerQK
 
 NAME = "attnviz"
 # Arguments that change the weights in ways the recipe does not cover (gpt-oss's attention sinks): a model
@@ -50,7 +50,7 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     layers = [layer_qk(module, query, key, attention_mask, scaling, is_causal, position_bias, softcap, sliding_window,
                        seen, b, n) for b, n in enumerate(items)]  # one text, or each text of a padded batch
     editor = None if recorder is None else EDITOR.get()
-    if editor is not None:  # attnviz.interventions: the edits folded into the recipe, the output from its weights
+    if editor is not None:  # attnviz.analysis.interventions: the edits folded into the recipe, the output from its weights
         layers = editor.layers(module, layers)
     out = None if recorder is None else recorder.attention(module, layers, value)  # (H, Tq, Dv) or None
     if out is None and editor is not None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import settings
+from .. import settings
 
 TILE_FLOATS = 1 << 22  # one tile of scores: 4 M floats (16 MB), whatever the length
 

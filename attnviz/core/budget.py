@@ -6,7 +6,7 @@ The size on disk says little: a 13 MB config-and-weights folder with 48 layers Ã
 
 from __future__ import annotations
 
-from . import settings
+from .. import settings
 
 
 def _first(config, *names: str) -> int:

@@ -2,7 +2,7 @@
 
 ``record(net)`` registers the hooks, the caller runs one forward pass inside the ``with`` block, and the
 hooks are removed on the way out (also when the forward raises), so a model shared by all sessions stays
-clean. Statistics follow ``attnviz.traces.NORM_KEYS`` and the built-in layers' definitions.
+clean. Statistics follow ``attnviz.core.trace.NORM_KEYS`` and the built-in layers' definitions.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .nn.attention import head_value_norms
+from ..nn.attention import head_value_norms
 
 log = logging.getLogger("attnviz")
 

@@ -3,7 +3,7 @@
 A corpus (``.txt``, ``.csv``, ``.jsonl`` or ``.parquet``) is read as a stream within a memory budget (a Parquet
 file's repeated values stay one copy, each row's size is checked before it is built), cut into shards of texts
 bounded in count and characters, and each shard run in right-padded batches: the recorder keeps each text's
-queries and keys cut to its own tokens (``attnviz.capture.record(net, lengths)``), so padding never reaches a
+queries and keys cut to its own tokens (``attnviz.capture.record.record(net, lengths)``), so padding never reaches a
 statistic and a text's numbers are those of ``head_stats(attnviz.trace(text))``, computed for a whole batch at
 once (``padded_head_stats``). Per-text statistics (float32, (n, L, H) per statistic) are written shard by shard
 next to the output, each whole or not at all and recorded in ``job.json`` with its length, checksum and texts;
@@ -28,13 +28,13 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from . import settings
-from .analysis.heads import STATS, head_stats, is_punctuation, key_masks
-from .backends import open_model
-from .backends.common import check_text, encode
-from .capture import record
-from .tokens import clean
-from .traces import AttentionTrace
+from .. import settings
+from ..analysis.heads import STATS, head_stats, is_punctuation, key_masks
+from ..backends import open_model
+from ..backends.common import check_text, encode
+from ..capture.record import record
+from ..core.tokens import clean
+from ..core.trace import AttentionTrace
 
 FORMATS = (".txt", ".csv", ".jsonl", ".parquet")
 MAX_TEXT_CHARS = 1_000_000  # one text (a line, a field) longer than this is a broken file, not a text
@@ -276,8 +276,8 @@ def trace_stats(trace) -> dict[str, np.ndarray]:
 
 def batchable(backend) -> bool:
     """Whether the backend runs padded batches: attnviz's own encoders, and captured Hugging Face models."""
-    from .backends.builtin import BuiltinModel
-    from .backends.hf import HFModel
+    from ..backends.builtin import BuiltinModel
+    from ..backends.hf import HFModel
 
     if isinstance(backend, HFModel):
         return backend.capture == "interface" and backend.kind != "encoder-decoder"
@@ -383,7 +383,7 @@ def padded_head_stats(layers: list[list], keys: dict[str, torch.Tensor], lengths
 
 def _padded_batch(backend, encs: list) -> dict[str, np.ndarray]:
     """One right-padded forward over the encoded texts ``encs``, then every text's statistics: name -> (B, L, H)."""
-    from .backends.hf import HFModel
+    from ..backends.hf import HFModel
 
     lengths = [len(e.ids) for e in encs]
     B, T = len(encs), max(lengths)
@@ -737,7 +737,7 @@ def run(model: str, path, out, column: str | None = None, limit: int | None = No
         return None if tick is None else lambda k: tick(base + k)
 
     if ray_address:
-        from .corpus_ray import run_shards
+        from .ray import run_shards
 
         finished_ = run_shards(model, pending, ray_address, batch_texts, max_tokens=max_tokens, tick=ticks(done))
     else:

@@ -1,0 +1,1 @@
+"""Training the built-in models: the loop, the generated tasks and stories, the command line."""
