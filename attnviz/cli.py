@@ -144,7 +144,7 @@ def cmd_roles(args) -> None:
 
 
 def cmd_corpus(args) -> None:
-    from attnviz.corpus import run as cp
+    from attnviz import corpus as cp
     from attnviz import settings
 
     out = Path(args.out)
@@ -235,7 +235,7 @@ def parser() -> argparse.ArgumentParser:
     text_command("roles", "score every head's roles (previous-token, induction, …) on the text and on the "
                  "repeated random-token probe; write them as CSV", out=".csv").set_defaults(run=cmd_roles)
 
-    from attnviz.corpus.run import NAMES
+    from attnviz.corpus import NAMES
 
     help = "every head's statistics over a corpus (distributions per head, top texts), resumable"
     corpus = sub.add_parser("corpus", help=help, description=help)

@@ -1,6 +1,6 @@
-"""``python -m attnviz.train``: kept for the commands users know; see attnviz/training/cli.py."""
+"""``python -m attnviz.train``: the training command users know, kept; see attnviz/training/cli.py."""
 
-from .training.loop import main
+from .training.cli import main
 
 if __name__ == "__main__":
     main()

@@ -66,10 +66,10 @@ def builtin_bare(net):
     (``nn.attention.attend`` under a recorder) with a recorder that drops what it is handed."""
     import torch
 
-    from attnviz.nn.attention import RECORDER
+    from attnviz.capture.record import RECORDER
 
     class Discard:
-        def items(self, B, Tq, Tk):  # every text whole (as capture.Recorder.items for one text)
+        def items(self, B, Tq, Tk):  # every text whole (as attnviz.capture.record.Recorder.items for one text)
             return [None] * B
 
         def attention(self, module, layers, values=None):  # SDPA runs: nothing reduced

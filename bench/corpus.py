@@ -35,7 +35,7 @@ def rss() -> int:
 
 def throughput(backend, texts: list[str]) -> dict:
     """texts/s of each way, run in turn (the machine's load hits all alike)."""
-    from attnviz.corpus import run as cp
+    from attnviz import corpus as cp
 
     cp.text_stats(backend, texts[:2])  # warm up
     ways = {
@@ -59,7 +59,7 @@ def ray_overhead(texts: list[str], n_small: int, workdir: Path) -> dict:
     import ray
     import torch
 
-    from attnviz.corpus import run as cp
+    from attnviz import corpus as cp
 
     paths = {}
     for name, part in (("small", texts[:n_small]), ("big", texts)):
@@ -97,7 +97,7 @@ def ray_overhead(texts: list[str], n_small: int, workdir: Path) -> dict:
 
 def child(n_small: int, n_big: int, path: str) -> None:
     """Run the corpus at ``path`` in-process and print RSS after n_small and after n_big texts (JSON)."""
-    from attnviz.corpus import run as cp
+    from attnviz import corpus as cp
 
     threads()
     seen = {}

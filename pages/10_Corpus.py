@@ -6,7 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from attnviz.corpus import run as cp
+from attnviz import corpus as cp
 from attnviz import settings
 from attnviz.analysis.heads import STATS
 from attnviz.data import CORPUS

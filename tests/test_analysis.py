@@ -17,7 +17,7 @@ from attnviz.analysis.rollout import residual_attention
 from attnviz.backends.hf import load_hf
 from attnviz.backends.trained import TrainedClassifier
 from attnviz.nn import TextClassifier, TransformerConfig
-from attnviz.training.tasks import SPECIALS, Vocab
+from attnviz.backends.vocab import SPECIALS, Vocab
 from attnviz.core.trace import AttentionTrace
 
 TEXT = "The animal didn't cross the street, because it was too tired!"

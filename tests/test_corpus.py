@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import attnviz
-from attnviz.corpus import run as cp
+from attnviz import corpus as cp
 from attnviz.analysis.heads import STATS, head_stats
 from attnviz.cli import main
 from attnviz.data import CORPUS, sentences

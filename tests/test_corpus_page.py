@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from attnviz.corpus import run as cp
+from attnviz import corpus as cp
 from attnviz.data import CORPUS
 from helpers import chart_specs, decode
 

@@ -21,7 +21,7 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.testing.v1 import AppTest
 from websockets.sync.client import connect
 
-from attnviz.corpus import run as cp
+from attnviz import corpus as cp
 from conftest import ROOT, start_server
 
 PAGE = "pages/10_Corpus.py"

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnviz.corpus import run as cp
+from attnviz import corpus as cp
 from attnviz.data import CORPUS
 
 if os.environ.get("CI"):

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnviz.corpus import run as cp
+from attnviz import corpus as cp
 from attnviz.cli import main
 from attnviz.data import CORPUS
 from conftest import ROOT

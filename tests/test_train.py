@@ -16,8 +16,10 @@ import torch
 
 import attnviz
 from attnviz.backends.trained import CHECKPOINTS, load_checkpoint, save_checkpoint
-from attnviz.training.tasks import BOS, EOS, TASKS, UNK, Vocab, split
-from attnviz.training.loop import EVAL_SEED, TrainConfig, evaluate, main, train
+from attnviz.backends.vocab import BOS, EOS, UNK, Vocab, split
+from attnviz.training.tasks import TASKS
+from attnviz.training.cli import main
+from attnviz.training.loop import EVAL_SEED, TrainConfig, evaluate, train
 
 HELD_OUT = 20_261_129  # a seed no training run or checkpoint evaluation uses
 SHORT = {  # a few seconds each; measured over seeds 0–2: held-out ≥ 0.96 (classifier), ≥ 0.95 (translator)

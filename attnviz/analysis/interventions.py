@@ -24,7 +24,7 @@ import torch
 
 from ..backends import load
 from ..core.budget import check_forwards
-from ..nn.attention import EDITOR
+from ..capture.record import EDITOR
 from ..core.weights import LayerQK
 
 PATTERNS = ("uniform", "previous", "first")

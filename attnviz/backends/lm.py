@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from ..capture.record import record
 from .generation import Generation, Sampling, top_next
 from ..nn import LanguageModel, TransformerConfig
-from ..training.tasks import BOS, EOS, SPECIALS, Vocab
+from .vocab import BOS, EOS, SPECIALS, Vocab
 from ..core.trace import AttentionTrace
 from .common import Encoded, Scorer, TorchBackend, check_text, log_odds, stack_trace
 from .trained import CHECKPOINTS
@@ -25,12 +25,10 @@ DESCRIPTION = ("a {n_layers}-layer × {n_heads}-head decoder-only language model
                "stories with repeated spans (best induction score on the probe {induction:.2f})")
 
 
-def build(c) -> LanguageModel:
-    """The language model at the sizes of an ``attnviz.training.lm.LMConfig``."""
-    from ..training.lm import VOCAB
-
+def build(c, vocab_size: int) -> LanguageModel:
+    """The language model at the sizes of an ``attnviz.training.lm.LMConfig``, over ``vocab_size`` tokens."""
     return LanguageModel(TransformerConfig(
-        vocab_size=len(VOCAB), d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, n_layers=c.n_layers,
+        vocab_size=vocab_size, d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, n_layers=c.n_layers,
         max_len=c.max_len, positional=c.positional, norm_first=True, dropout=0.0, activation="gelu",
     ))
 

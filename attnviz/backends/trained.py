@@ -15,7 +15,7 @@ import torch
 
 from ..capture.record import record
 from ..nn import TextClassifier, TransformerConfig, Translator
-from ..training.tasks import BOS, EOS, SPECIALS, Vocab
+from .vocab import BOS, EOS, SPECIALS, Vocab
 from ..core.trace import AttentionTrace, Seq2SeqTrace
 from .common import Encoded, Scorer, TorchBackend, check_text, log_odds, stack_trace
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from ..nn.attention import EDITOR, RECORDER, causal_mask
-from ..core.weights import LayerQK
+from ..core.weights import LayerQK, causal_mask
+from .record import active, hand_over
 
 NAME = "attnviz"
 # Arguments that change the weights in ways the recipe does not cover (gpt-oss's attention sinks): a model
@@ -39,7 +39,7 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     for name in UNSUPPORTED:
         if kwargs.get(name) is not None:
             raise ValueError(f"attnviz cannot capture attention with {name!r}")
-    recorder = RECORDER.get()
+    recorder = active()
     if recorder is None and softcap is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, position_bias=position_bias, **kwargs)
@@ -49,12 +49,7 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     seen = {} if recorder is None else recorder.seen_masks
     layers = [layer_qk(module, query, key, attention_mask, scaling, is_causal, position_bias, softcap, sliding_window,
                        seen, b, n) for b, n in enumerate(items)]  # one text, or each text of a padded batch
-    editor = None if recorder is None else EDITOR.get()
-    if editor is not None:  # attnviz.analysis.interventions: the edits folded into the recipe, the output from its weights
-        layers = editor.layers(module, layers)
-    out = None if recorder is None else recorder.attention(module, layers, value)  # (H, Tq, Dv) or None
-    if out is None and editor is not None:
-        out = editor.output(module, layers, value)
+    out = None if recorder is None else hand_over(module, layers, value)  # (H, Tq, Dv) or None
     if out is not None:  # a reducer read the weights, tile by tile, and the output came from them
         return out.transpose(0, 1).unsqueeze(0).contiguous(), None  # (1, Tq, H, Dv)
     layer = layers[0]

@@ -1,6 +1,6 @@
 """Per-layer norm statistics of a model (Hugging Face or attnviz's own), read by forward hooks for one call.
 
-``record(net)`` registers the hooks, the caller runs one forward pass inside the ``with`` block, and the
+``norm_hooks(net)`` registers the hooks, the caller runs one forward pass inside the ``with`` block, and the
 hooks are removed on the way out (also when the forward raises), so a model shared by all sessions stays
 clean. Statistics follow ``attnviz.core.trace.NORM_KEYS`` and the built-in layers' definitions.
 """
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..nn.attention import head_value_norms
 
 log = logging.getLogger("attnviz")
 
@@ -130,7 +129,7 @@ def _rows(t) -> torch.Tensor:
     return t.reshape(-1, t.shape[-1]).float()  # (1, T, ·) or (T, ·) -> (T, ·)
 
 
-class Recorder:
+class NormRecorder:
     """Per-token statistics the hooks computed in one forward pass; ``norms(side)`` gives one stack's.
 
     Hooks reduce each tensor as it passes, so a long text in a deep model keeps (L, H, T) numbers, not (L, T, D).
@@ -213,10 +212,20 @@ def _value_norms(values: torch.Tensor, out_proj, spec: Spec, H: int) -> torch.Te
     return head_value_norms(v, w.reshape(H, Dh, -1))  # (H, T, Dh), (H, Dh, D) -> (H, T)
 
 
+def head_value_norms(v, w_o):
+    """‖v_h W_O,h‖ per head and position (Kobayashi et al. 2020): values v (..., H, T, Dh) and each head's
+    slice of the output projection w_o (H, Dh, D) -> (..., H, T).
+
+    ‖v W‖² = v (W Wᵀ) vᵀ: a Dh×Dh Gram matrix per head instead of widening every value to D.
+    """
+    gram = w_o @ w_o.transpose(-2, -1)  # (H, Dh, Dh)
+    return ((v @ gram) * v).sum(-1).clamp(min=0).sqrt()  # (..., H, T)
+
+
 @contextmanager
-def record(net):
+def norm_hooks(net):
     """Hooks on ``net`` for the forward pass run inside the block; removed on exit, whatever happens."""
-    rec = Recorder(net)
+    rec = NormRecorder(net)
     handles = []
     try:
         for module, hook in rec.hooks():

@@ -22,7 +22,6 @@ from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 
 from . import hooks
-from ..nn.attention import RECORDER as _ACTIVE
 from ..core.weights import LayerQK, OnDemandWeights
 
 # Submodule names of cross-attention in the families attnviz knows (BART/Marian, T5, BERT decoders, its own).
@@ -30,11 +29,29 @@ CROSS = ("encoder_attn", "EncDecAttention", "crossattention", "cross_attn")
 
 _NAMES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {attention module: side}
 _REDUCER: ContextVar = ContextVar("attnviz_reducer", default=None)
+# The recorder of the forward running in this thread, None outside ``record``.
+RECORDER: ContextVar = ContextVar("attnviz_recorder", default=None)
+# The edits of the forward running in this thread (``attnviz.analysis.interventions``), None outside one: inside a
+# recorded forward each attention call folds them into its LayerQK recipe and attends with the edited weights.
+EDITOR: ContextVar = ContextVar("attnviz_editor", default=None)
 
 
 def active() -> "Recorder | None":
     """The recorder of the forward running in this thread, if any."""
-    return _ACTIVE.get()
+    return RECORDER.get()
+
+
+def hand_over(module, layers: list[LayerQK], values):
+    """What every recorded attention call does, attnviz's own modules and Hugging Face's alike: fold this thread's
+    edits into each text's LayerQK, hand them to the recorder, and return the output (H, Tq, Dv) that the recorder
+    (a reducer) or an edit computed — None when the caller should run its own fast path."""
+    editor = EDITOR.get()
+    if editor is not None:
+        layers = editor.layers(module, layers)
+    out = active().attention(module, layers, values)
+    if out is None and editor is not None:
+        out = editor.output(module, layers, values)  # from the edited weights; None where nothing edits this layer
+    return out
 
 
 def side_of(name: str) -> str:
@@ -57,7 +74,7 @@ class Recorder:
     """Per attention module (in call order), the LayerQK of its last call (one per text of a batch); norm
     statistics by side."""
 
-    def __init__(self, net, norms: hooks.Recorder | None, lengths: list[int] | None = None):
+    def __init__(self, net, norms: hooks.NormRecorder | None, lengths: list[int] | None = None):
         self.sides = _sides(net)
         self.calls: dict = {}  # module -> [LayerQK per text], in the order of first calls (layer order)
         self._norms = norms
@@ -126,10 +143,10 @@ def reducing(reducer):
 def record(net, lengths: list[int] | None = None):
     """Record the forward passes run inside the block (a right-padded batch with ``lengths``, without norm
     statistics); hooks are removed and the recorder is cleared on exit, whatever happens."""
-    with hooks.record(net) if lengths is None else nullcontext() as norms:
+    with hooks.norm_hooks(net) if lengths is None else nullcontext() as norms:
         rec = Recorder(net, norms, lengths)
-        token = _ACTIVE.set(rec)
+        token = RECORDER.set(rec)
         try:
             yield rec
         finally:
-            _ACTIVE.reset(token)
+            RECORDER.reset(token)

@@ -148,6 +148,12 @@ class LayerQK:
         return out.to(dtype)
 
 
+def causal_mask(Tq: int, Tk: int | None = None, device=None) -> torch.Tensor:
+    """(Tq, Tk) boolean mask: query i, at key position i + Tk − Tq, may attend to keys up to it."""
+    Tk = Tq if Tk is None else Tk
+    return torch.arange(Tk, device=device)[None, :] <= torch.arange(Tq, device=device)[:, None] + (Tk - Tq)
+
+
 def frozen(a, dtype=None) -> np.ndarray:
     """A read-only array of ``dtype``. One that already is read-only is adopted without a copy: whoever
     made it read-only gave it up (the backends do, to spare a copy); any other is copied, so the caller's

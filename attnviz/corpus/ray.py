@@ -12,18 +12,17 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+from ..backends import open_model
+from .stats import text_stats
+
 
 class StatsActor:
     """A Ray Data actor: loads the model once, then turns batches of texts into their statistics."""
 
     def __init__(self, model: str, batch_texts: int, max_tokens: int | None = None):
-        from ..backends import open_model
-
         self.backend, self.batch_texts, self.max_tokens = open_model(model), batch_texts, max_tokens
 
     def __call__(self, batch: dict) -> dict:
-        from .run import text_stats
-
         stats = text_stats(self.backend, [str(t) for t in batch["text"]], self.batch_texts, self.max_tokens)
         return {"id": batch["id"], "shard": batch["shard"], **stats}
 

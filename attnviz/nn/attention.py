@@ -7,19 +7,14 @@ returned instead of being kept on the module.
 from __future__ import annotations
 
 import math
-from contextvars import ContextVar
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..core.weights import LayerQK
-
-# The recorder of the forward running in this thread (``attnviz.capture.record.record``), None outside one.
-RECORDER: ContextVar = ContextVar("attnviz_recorder", default=None)
-# The edits of the forward running in this thread (``attnviz.analysis.interventions``), None outside one: inside a recorded
-# forward each attention call folds them into its LayerQK recipe and attends with the edited weights.
-EDITOR: ContextVar = ContextVar("attnviz_editor", default=None)
+from ..capture.hooks import head_value_norms
+from ..capture.record import active, hand_over
+from ..core.weights import LayerQK, causal_mask
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, dropout: nn.Module | None = None):
@@ -51,7 +46,7 @@ def attend(module, q, k, v, mask=None, causal: bool = False, dropout: nn.Module 
     Tq, Tk = q.shape[-2], k.shape[-2]
     if causal:
         mask = causal_mask(Tq, Tk, q.device) if mask is None else mask & causal_mask(Tq, Tk, q.device)
-    recorder = RECORDER.get()
+    recorder = active()
     if recorder is None:
         return scaled_dot_product_attention(q, k, v, mask, dropout)
     scale = q.shape[-1] ** -0.5
@@ -65,34 +60,13 @@ def attend(module, q, k, v, mask=None, causal: bool = False, dropout: nn.Module 
             if bool(extra.all()) or (causal and bool((extra == causal_mask(tq, tk, q.device)).all())):
                 extra = None  # nothing that causality alone does not explain
         layers.append(LayerQK(q[b, :, :n], k[b, :, :n], scale, causal=causal, mask=extra))
-    editor = EDITOR.get()
-    if editor is not None:
-        layers = editor.layers(module, layers)
-    out = recorder.attention(module, layers, v)  # (H, Tq, Dv) or None
-    if out is None and editor is not None:
-        out = editor.output(module, layers, v)  # from the edited weights; None where nothing edits this layer
+    out = hand_over(module, layers, v)  # (H, Tq, Dv) or None
     if out is not None:  # computed from the same weights a reducer read: rows that see no key are 0 already
         return out[None], None
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     if mask is not None:  # fully masked rows: zero, as the weights say (SDPA gives NaN there)
         out = out.nan_to_num(0.0)
     return out, None
-
-
-def head_value_norms(v, w_o):
-    """‖v_h W_O,h‖ per head and position (Kobayashi et al. 2020): values v (..., H, T, Dh) and each head's
-    slice of the output projection w_o (H, Dh, D) -> (..., H, T).
-
-    ‖v W‖² = v (W Wᵀ) vᵀ: a Dh×Dh Gram matrix per head instead of widening every value to D.
-    """
-    gram = w_o @ w_o.transpose(-2, -1)  # (H, Dh, Dh)
-    return ((v @ gram) * v).sum(-1).clamp(min=0).sqrt()  # (..., H, T)
-
-
-def causal_mask(Tq: int, Tk: int | None = None, device=None) -> torch.Tensor:
-    """(Tq, Tk) boolean mask: query i, at key position i + Tk − Tq, may attend to keys up to it."""
-    Tk = Tq if Tk is None else Tk
-    return torch.arange(Tk, device=device)[None, :] <= torch.arange(Tq, device=device)[:, None] + (Tk - Tq)
 
 
 class MultiHeadAttention(nn.Module):
@@ -145,4 +119,4 @@ class MultiHeadAttention(nn.Module):
         return self
 
 
-__all__ = ["scaled_dot_product_attention", "attend", "head_value_norms", "causal_mask", "MultiHeadAttention", "RECORDER", "EDITOR"]
+__all__ = ["scaled_dot_product_attention", "attend", "head_value_norms", "causal_mask", "MultiHeadAttention"]

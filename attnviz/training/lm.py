@@ -18,7 +18,9 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .tasks import BOS, SPECIALS, Vocab
+from ..analysis.roles import probe_trace, role_scores
+from ..backends.lm import TrainedLM, build
+from ..backends.vocab import BOS, SPECIALS, Vocab
 from .loop import check_sizes, schedule, update
 
 NAMES = ("anna", "ben", "cleo", "dan", "eva", "finn", "gus", "hana", "ivan", "jo", "kim", "leo", "mia", "nils")
@@ -125,8 +127,6 @@ class TrainedLMResult(NamedTuple):
 
 def probe_scores(model) -> tuple[float, float]:
     """(best induction score, best previous-token score) over the heads, on the standard probe."""
-    from ..analysis.roles import probe_trace, role_scores
-
     s = role_scores(probe_trace(model))
     return float(s["induction"].max()), float(s["previous"].max())
 
@@ -135,15 +135,13 @@ def train_lm(config: LMConfig | None = None, on_step: Callable[[LMProgress], Non
              key: str = "trained:lm", threads: int | None = 1) -> TrainedLMResult:
     """Train a fresh language model on the generated stories; ``on_step`` every ``log_every`` steps and at
     evaluations. ``threads``: torch CPU threads while training (restored after)."""
-    from ..backends.lm import TrainedLM, build
-
     c = config or LMConfig()
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
     try:
         torch.manual_seed(c.seed)
         rng = random.Random(c.seed)
-        net = build(c)
+        net = build(c, len(VOCAB))
         model = TrainedLM(key, net, VOCAB)
         opt = torch.optim.AdamW(net.parameters(), lr=c.lr, betas=(0.9, 0.98), weight_decay=0.01)
         sched = schedule(opt, c.warmup, c.steps)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from attnviz.corpus import run as cp
+from attnviz import corpus as cp
 from attnviz import settings
 
 _lock = threading.Lock()

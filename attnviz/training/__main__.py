@@ -1,0 +1,5 @@
+"""``python -m attnviz.training``: see attnviz/training/cli.py."""
+
+from .cli import main
+
+main()
