@@ -40,7 +40,7 @@ def test_documents_are_seeded_known_words_with_repeats():
 
 def test_the_language_model_is_causal_and_equals_the_plain_maths():
     torch.manual_seed(0)
-    net = build(SMALL).eval()
+    net = build(SMALL, len(VOCAB)).eval()
     ids = torch.randint(4, len(VOCAB), (1, 12))
     logits, out = net(ids)
     changed = ids.clone()
