@@ -334,12 +334,12 @@ def kind_of(backend) -> str:
     if backend.kind == "encoder-decoder":
         raise ValueError("Interventions cover encoders, classifiers and causal LMs; encoder–decoder models are "
                          "not supported.")
-    if getattr(backend, "capture", "interface") == "eager":
+    if backend.capture == "eager":
         raise ValueError(f"{backend.key} runs eager attention (attnviz could not capture it exactly), so attnviz "
                          "cannot edit its attention.")
     if backend.kind == "decoder":
         return "lm"
-    return "classifier" if hasattr(backend, "labels") else "encoder"
+    return "classifier" if backend.can("predict") else "encoder"
 
 
 def check_edits(edits, n_layers: int, n_heads: int) -> tuple:
