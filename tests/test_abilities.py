@@ -73,6 +73,8 @@ def backend(request, tiny_backend):
 
 def test_declared_abilities_match_what_the_backend_does(backend):
     assert backend.abilities <= set(ABILITIES) and backend.capture in ("interface", "eager")
+    own_words = backend.key in ("builtin:classifier", "builtin:translator", "builtin:lm")
+    assert (backend.tokenizer is None) == own_words  # attnviz's word vocabularies have no Hugging Face tokenizer
     for ability, call in CALLS.items():
         if backend.can(ability):
             call(backend)

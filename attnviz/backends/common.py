@@ -183,6 +183,7 @@ class Backend(Protocol):
     lock: threading.Lock
     abilities: frozenset  # keys of ABILITIES
     capture: str  # "interface" (weights from the captured q and k) or "eager" (the model's own weights)
+    tokenizer: object | None  # a Hugging Face tokenizer; None: attnviz's own word vocabulary (``vocab``)
 
     def can(self, ability: str) -> bool:
         """Whether the backend does ``ability`` (a key of ABILITIES)."""
@@ -211,6 +212,7 @@ class TorchBackend:
     position_limit: int | None  # how many positions the model has; None: any number (sinusoids, rotary)
     abilities: frozenset = frozenset({"positions"})
     capture = "interface"  # attnviz's own modules hand over q and k as Hugging Face's interface does
+    tokenizer = None  # the backends with a Hugging Face tokenizer set theirs
 
     def can(self, ability: str) -> bool:
         if ability not in ABILITIES:
