@@ -4,17 +4,23 @@ Run with ``streamlit run app.py``. This file names the pages (the home page is "
 file's name) and draws the home page; the other views live in pages/.
 """
 
+import os
 from pathlib import Path
 
-import streamlit as st
+# Huge pages for torch's tensors of 2 MB and more: a 512-token forward keeps ~75 MB of attention weights, and
+# faulting them in 4 KB pages cost ~15% of the forward (bench/RESULTS.md). torch reads this once, at its first
+# allocation, so the app's entry sets it before anything imports torch; the library leaves the environment alone.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from attnviz.export import figure_name
-from attnviz.figures.attention import attention_heatmap
-from attnviz.ui.display import display_options
-from attnviz.ui.frame import frame, layer_head
-from attnviz.ui.readable import model_output
-from attnviz.ui.share import chart_config, downloads
-from attnviz.figures.view import head_weights, stack_view, stacks
+import streamlit as st  # noqa: E402
+
+from attnviz.export import figure_name  # noqa: E402
+from attnviz.figures.attention import attention_heatmap  # noqa: E402
+from attnviz.ui.display import display_options  # noqa: E402
+from attnviz.ui.frame import frame, layer_head  # noqa: E402
+from attnviz.ui.readable import model_output  # noqa: E402
+from attnviz.ui.share import chart_config, downloads  # noqa: E402
+from attnviz.figures.view import head_weights, stack_view, stacks  # noqa: E402
 
 PAGES = sorted(Path(__file__).parent.glob("pages/[0-9]*_*.py"), key=lambda p: int(p.name.split("_")[0]))  # 2 before 10
 

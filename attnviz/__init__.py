@@ -5,17 +5,10 @@ Shape legend, used in comments throughout:
     D  model width       Dh head width       F  feed-forward width       B  batch
 """
 
-import os
-
-# Huge pages for torch tensors of 2 MB and more (read when torch first allocates, so only if torch is not
-# imported yet): a 512-token forward keeps ~75 MB of attention weights, and faulting them in 4 KB pages
-# cost ~15% of the forward here (bench/RESULTS.md).
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-
-from .backends import DEFAULT_MODEL, list_models, load  # noqa: E402
-from .core.outputs import from_attentions  # noqa: E402
-from .core.trace import AttentionTrace, Seq2SeqTrace  # noqa: E402
-from .ui.notebook import explorer, head_view, model_view, register as _register_display, show  # noqa: E402
+from .backends import DEFAULT_MODEL, list_models, load
+from .core.outputs import from_attentions
+from .core.trace import AttentionTrace, Seq2SeqTrace
+from .ui.notebook import explorer, head_view, model_view, register as _register_display, show
 
 _register_display()  # in a notebook kernel, a trace displays itself as the explorer
 

@@ -113,7 +113,7 @@ def cmd_generate(args) -> None:
     except ValueError as e:
         raise InputError(str(e)) from None
     backend = _backend(args)
-    if not hasattr(backend, "generate"):
+    if not backend.can("generate"):
         raise InputError(f"{args.model} is not a causal language model: generation needs one (e.g. hf:gpt2)")
     try:
         g = backend.generate(prompt, s)
@@ -134,7 +134,7 @@ def cmd_roles(args) -> None:
         trace = backend.trace(text)
         if trace.kind == "encoder-decoder":
             raise InputError("roles are scored on one self-attention stack: use an encoder or a causal LM")
-        probe = role_scores(probe_trace(backend)) if hasattr(backend, "trace_ids") else None
+        probe = role_scores(probe_trace(backend)) if backend.can("token_ids") else None
     except ValueError as e:
         raise InputError(str(e)) from None
     table = role_table(role_scores(trace), probe)

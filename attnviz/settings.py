@@ -1,25 +1,60 @@
-"""Operator settings from environment variables, read at call time so a running app picks up changes."""
+"""Operator settings from environment variables, read at call time so a running app picks up changes.
+
+Every ATTNVIZ_* variable is read here (the app adds its host's secrets as a fallback, ui/share.py). A bad value
+has one policy: a warning in the log naming the variable, the value and what is used instead — the setting's
+default — and never an error. Settings are read deep inside every request, so raising would turn an operator's
+typo into an error on every page for every visitor; the defaults are the bounds a fresh install runs with, so
+falling back to one is always safe (a mistyped ATTNVIZ_PUBLIC falls back to public mode, the careful side).
+"""
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 
+log = logging.getLogger("attnviz")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_warned: set = set()  # (name, value) pairs already logged: settings are read on every run of every page
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
-
-def _number(name: str, default: float) -> float:
+def _raw(name: str, fallback=None) -> str:
+    """The variable's value, else ``fallback`` (a host's secret), as stripped text; "" when neither is set."""
     raw = os.environ.get(name, "").strip()
+    return raw if raw or fallback is None else str(fallback).strip()
+
+
+def _bad(name: str, raw: str, wanted: str, instead) -> None:
+    if (name, raw) not in _warned:
+        _warned.add((name, raw))
+        log.warning("%s must be %s, not %r; using %s instead", name, wanted, raw, instead)
+
+
+def _flag(name: str, default: bool = False, fallback=None, bad: bool | None = None) -> bool:
+    """A yes/no setting; an unreadable value gives ``bad`` (default: ``default``)."""
+    raw = _raw(name, fallback).lower()
+    if raw in _TRUE or raw in _FALSE:
+        return raw in _TRUE
+    if raw:
+        instead = default if bad is None else bad
+        _bad(name, raw, "one of " + "/".join(_TRUE + _FALSE), "on" if instead else "off")
+        return instead
+    return default
+
+
+def _number(name: str, default: float, fallback=None, whole: bool = False, zero: bool = False) -> float:
+    """A positive number (``whole``: an integer; ``zero``: 0 allowed too); anything else gives ``default``."""
+    raw = _raw(name, fallback)
     if not raw:
         return default
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{name} must be a number, not {raw!r}") from None
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, not {raw!r}")
-    return value
+        value = math.nan
+    if math.isfinite(value) and (value > 0 or zero and value == 0) and (not whole or value.is_integer()):
+        return int(value) if whole else value
+    _bad(name, raw, ("a whole number" if whole else "a number") + (" ≥ 0" if zero else " above 0"), default)
+    return default
 
 
 def allow_pickle() -> bool:
@@ -42,7 +77,7 @@ def max_tokens(default: int = LIBRARY_MAX_TOKENS) -> int:
     A trace keeps queries and keys, not weights, so its memory grows with the length, not its square;
     the forward's time still grows with the square. The app passes its own default, APP_MAX_TOKENS.
     """
-    return int(_number("ATTNVIZ_MAX_TOKENS", default))
+    return _number("ATTNVIZ_MAX_TOKENS", default, whole=True)
 
 
 LONG_MAX_TOKENS = 16_384  # the Long text page draws pooled maps and windows, never a whole head cell by cell
@@ -50,7 +85,7 @@ LONG_MAX_TOKENS = 16_384  # the Long text page draws pooled maps and windows, ne
 
 def max_long_tokens() -> int:
     """ATTNVIZ_MAX_LONG_TOKENS: the most tokens the Long text page takes (the model's position limit still applies)."""
-    return int(_number("ATTNVIZ_MAX_LONG_TOKENS", LONG_MAX_TOKENS))
+    return _number("ATTNVIZ_MAX_LONG_TOKENS", LONG_MAX_TOKENS, whole=True)
 
 
 def max_dense_mb() -> float:
@@ -60,7 +95,7 @@ def max_dense_mb() -> float:
 
 def max_new_tokens() -> int:
     """ATTNVIZ_MAX_NEW_TOKENS: how many tokens an encoder–decoder may generate when no target is given."""
-    return int(_number("ATTNVIZ_MAX_NEW_TOKENS", 32))
+    return _number("ATTNVIZ_MAX_NEW_TOKENS", 32, whole=True)
 
 
 def hub_timeout() -> float:
@@ -89,17 +124,17 @@ def max_heads() -> int:
 
     Each head adds T² weights to every trace: 1,024 heads at 512 tokens are 1 GB.
     """
-    return int(_number("ATTNVIZ_MAX_HEADS", 1024))
+    return _number("ATTNVIZ_MAX_HEADS", 1024, whole=True)
 
 
 def max_forwards() -> int:
     """ATTNVIZ_MAX_FORWARDS: the most forward passes one analysis may run (head ablation runs one per head)."""
-    return int(_number("ATTNVIZ_MAX_FORWARDS", 400))
+    return _number("ATTNVIZ_MAX_FORWARDS", 400, whole=True)
 
 
 def max_flows() -> int:
     """ATTNVIZ_MAX_FLOWS: the most max-flow problems attention flow may solve for one view (layers × tokens)."""
-    return int(_number("ATTNVIZ_MAX_FLOWS", 1536))
+    return _number("ATTNVIZ_MAX_FLOWS", 1536, whole=True)
 
 
 def max_views_mb() -> float:
@@ -111,12 +146,12 @@ def max_views_mb() -> float:
 def max_jobs() -> int:
     """ATTNVIZ_MAX_JOBS: how many heavy jobs (long forwards, generation, training, ablation, flow) run at once, all
     sessions together; the rest wait in line, each visitor told their place."""
-    return int(_number("ATTNVIZ_MAX_JOBS", 2))
+    return _number("ATTNVIZ_MAX_JOBS", 2, whole=True)
 
 
 def max_train_steps() -> int:
     """ATTNVIZ_MAX_TRAIN_STEPS: the most training steps one session may run, all its trainings together."""
-    return int(_number("ATTNVIZ_MAX_TRAIN_STEPS", 2000))
+    return _number("ATTNVIZ_MAX_TRAIN_STEPS", 2000, whole=True)
 
 
 # Corpus mode: where jobs run and what they may keep, environment only (never a visitor's choice).
@@ -124,17 +159,17 @@ def max_train_steps() -> int:
 
 def ray_address() -> str | None:
     """ATTNVIZ_RAY_ADDRESS: the Ray cluster corpus jobs run on ("auto" or an address); unset: in this process."""
-    return os.environ.get("ATTNVIZ_RAY_ADDRESS", "").strip() or None
+    return _raw("ATTNVIZ_RAY_ADDRESS") or None
 
 
 def corpus_dir() -> str | None:
     """ATTNVIZ_CORPUS_DIR: a folder whose files the Corpus page may read by path (never in public mode)."""
-    return os.environ.get("ATTNVIZ_CORPUS_DIR", "").strip() or None
+    return _raw("ATTNVIZ_CORPUS_DIR") or None
 
 
 def corpus_work() -> str | None:
     """ATTNVIZ_CORPUS_WORK: where the Corpus page keeps uploads and shards (unset: <tmp>/attnviz-corpus)."""
-    return os.environ.get("ATTNVIZ_CORPUS_WORK", "").strip() or None
+    return _raw("ATTNVIZ_CORPUS_WORK") or None
 
 
 def corpus_disk_mb() -> float:
@@ -144,13 +179,12 @@ def corpus_disk_mb() -> float:
 
 def shard_write_pause() -> float:
     """ATTNVIZ_TEST_SHARD_PAUSE: seconds a corpus shard's write waits half-written (tests kill it there); 0: none."""
-    raw = os.environ.get("ATTNVIZ_TEST_SHARD_PAUSE", "").strip()
-    return _number("ATTNVIZ_TEST_SHARD_PAUSE", 0) if raw else 0.0
+    return _number("ATTNVIZ_TEST_SHARD_PAUSE", 0.0, zero=True)
 
 
 def heavy_tokens() -> int:
     """ATTNVIZ_HEAVY_TOKENS: a forward over more tokens than this is a heavy job (it waits for a slot of the one line)."""
-    return int(_number("ATTNVIZ_HEAVY_TOKENS", 2048))
+    return _number("ATTNVIZ_HEAVY_TOKENS", 2048, whole=True)
 
 
 def max_trace_mb() -> float:
@@ -162,3 +196,27 @@ def max_trace_mb() -> float:
 def gc_every_s() -> float:
     """ATTNVIZ_GC_EVERY_S: how often the app collects cyclic garbage (a finished page run's variables)."""
     return _number("ATTNVIZ_GC_EVERY_S", 10)
+
+
+# The app's visitors: what they may open and type. ``secret`` is the host's ``[attnviz]`` secret of the same
+# name (ui/share.py reads it), used where the variable is unset.
+
+DEFAULT_MAX_CHARS = 20_000
+
+
+def max_chars(secret=None) -> int:
+    """ATTNVIZ_MAX_CHARS: the longest text the app's text box takes."""
+    return _number("ATTNVIZ_MAX_CHARS", DEFAULT_MAX_CHARS, secret, whole=True)
+
+
+def allowed_models(secret=None) -> list[str] | None:
+    """ATTNVIZ_MODELS (a comma list; the secret may be a list): the only models offered; None: any."""
+    raw = _raw("ATTNVIZ_MODELS") or secret
+    items = raw.split(",") if isinstance(raw, str) else raw or []
+    return [k for k in (str(i).strip() for i in items) if k] or None
+
+
+def public(secret=None) -> bool:
+    """ATTNVIZ_PUBLIC: public mode (visitors choose only among offered models); unset, it is on by itself on
+    Hugging Face Spaces (which sets SPACE_ID). A value neither on nor off gives public mode."""
+    return _flag("ATTNVIZ_PUBLIC", bool(_raw("SPACE_ID")), secret, bad=True)

@@ -15,7 +15,11 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-import attnviz  # noqa: E402,F401  (before torch: it sets torch's allocator options, as the app does)
+# Huge pages for torch's large tensors, as app.py sets them (torch reads this at its first allocation: effective
+# where this module is imported before torch).
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
+import attnviz  # noqa: E402,F401
 
 LENGTHS = (20, 128, 512)
 MB = 1e6

@@ -24,7 +24,7 @@ if trace.kind == "encoder-decoder":
 T = trace.n_tokens
 
 c1, c2 = st.columns(2)
-if hasattr(f.model, "labels"):
+if f.model.can("predict"):
     chosen = c1.selectbox("Label to explain", ["the predicted one", *f.model.labels], key="faith_label")
     target = None if chosen == "the predicted one" else chosen
 elif trace.kind == "decoder":

@@ -82,30 +82,26 @@ def show_probe(model, text: str, chart_key: str) -> None:
 
 
 def run_seed_task(task: str, size: str, steps: int, probe: str):
-    """Train the seed's model on ``task`` with live curves and probe -> (model, what the page keeps)."""
+    """Train the seed's model on ``task`` with live curves and probe."""
     config = TrainConfig(steps=steps, eval_every=max(1, steps // 8), eval_size=200,
                          log_every=max(1, steps // 100), **SIZES[size])
 
     def on_eval(p):
-        st.subheader(f"Probe at step {p.step} · held-out accuracy {p.eval_accuracy:.1%}")
+        st.subheader(f"Probe at step {p.step} · held-out accuracy {p.scores['eval_accuracy']:.1%}")
         show_probe(p.model, probe, f"train_probe_chart_{p.step}")
 
-    result = train(task, config, live(training_curves, on_eval), key=session_key(task))
-    return result.model, dict(size=size, history=result.history, accuracy=result.eval_accuracy,
-                              seconds=result.seconds)
+    return train(task, config, live(training_curves, on_eval), key=session_key(task))
 
 
 def run_lm(size: str, steps: int):
-    """Train a language model with live loss, induction and previous-token curves -> (model, what the page keeps)."""
+    """Train a language model with live loss, induction and previous-token curves."""
     config = LMConfig(steps=steps, eval_every=max(1, steps // 20), log_every=max(1, steps // 100), **LM_SIZES[size])
-    result = train_lm(config, live(lm_curves), key=session_key("lm"))
-    return result.model, dict(size=size, history=result.history, induction=result.induction,
-                              previous=result.previous, seconds=result.seconds)
+    return train_lm(config, live(lm_curves), key=session_key("lm"))
 
 
 def show_seed_result(key: str, done: dict, probe: str) -> None:
     st.success(f"Trained **{key}** ({done['size']}) in {done['seconds']:.0f} s: "
-               f"{done['accuracy']:.1%} on held-out examples.")
+               f"{done['eval_accuracy']:.1%} on held-out examples.")
     st.button(f"Use {key} on every page", key="train_use", on_click=use_model, args=(key,))
     st.plotly_chart(training_curves(done["history"]), key="train_curve")
     st.subheader("Try it")
@@ -159,9 +155,10 @@ if st.button("Train", type="primary", key="train_go", disabled=left < 10):
     steps = min(int(steps), left)
     with slot("This training"):
         st.session_state["train_steps_used"] = used + steps  # counted when it starts: a stopped run is not refunded
-        model, done = run_lm(size, steps) if task == "lm" else run_seed_task(task, size, steps, probe)
-    register_session_model(session_key(task), model)
-    st.session_state.setdefault("train_results", {})[task] = done
+        result = run_lm(size, steps) if task == "lm" else run_seed_task(task, size, steps, probe)
+    register_session_model(session_key(task), result.model)
+    st.session_state.setdefault("train_results", {})[task] = dict(size=size, history=result.history,
+                                                                  seconds=result.seconds, **result.scores)
     st.rerun()  # so the model picker, drawn before training, lists the new model
 
 done = st.session_state.get("train_results", {}).get(task)

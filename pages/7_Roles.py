@@ -34,7 +34,7 @@ text_scores = kept(f"text:{stack}", trace, lambda: role_scores(trace, stack))
 probe_scores, probe_note = None, ""
 if trace.kind == "encoder-decoder":
     probe_note = "The probe runs on encoders and causal language models; this model's scores are on the text only."
-elif not hasattr(f.model, "trace_ids"):
+elif not f.model.can("token_ids"):
     probe_note = "This model cannot be run on token ids, so it has scores on the text only."
 else:
     try:

@@ -17,7 +17,7 @@ from attnviz.ui.share import check_link_value, linked_number
 f = frame("Generate")
 st.title("Generate")
 layer, head = layer_head(f.model.n_layers, f.model.n_heads, with_mean=True)  # shared with the other pages' links
-if f.trace.kind != "decoder" or not hasattr(f.model, "generate"):
+if not f.model.can("generate"):
     st.info(plain(f"{f.key} is not a causal language model. Pick builtin:lm, or a Hugging Face causal LM "
                   "(hf:gpt2 or a local folder), in the sidebar: the text box holds the prompt."))
     st.stop()

@@ -18,7 +18,7 @@ from streamlit.testing.v1 import AppTest
 import attnviz
 from attnviz.figures.common import safe
 from attnviz.core.tokens import labels
-from attnviz.ui.share import DEFAULT_MAX_CHARS
+from attnviz.settings import DEFAULT_MAX_CHARS
 from helpers import chart_specs
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -63,10 +63,10 @@ def test_the_language_model_is_causal_and_equals_the_plain_maths():
 
 def test_training_logs_loss_and_the_probe_scores(trained):
     result, seen = trained
-    evals = [p for p in seen if p.induction is not None]
+    evals = [p for p in seen if p.scores["induction"] is not None]
     assert [p.step for p in evals] == [15, 30] and evals[-1].model is result.model
-    assert all(0 <= p.induction <= 1 and 0 <= p.previous <= 1 for p in evals)
-    assert (result.induction, result.previous) == (evals[-1].induction, evals[-1].previous)
+    assert all(0 <= p.scores["induction"] <= 1 and 0 <= p.scores["previous"] <= 1 for p in evals)
+    assert result.scores == evals[-1].scores and set(result.scores) == {"induction", "previous"}
     assert seen[-1].loss < seen[0].loss  # it learns something in 30 steps (word frequencies)
     assert [h["step"] for h in result.history] == [p.step for p in seen]
 
@@ -121,3 +121,16 @@ def test_the_shipped_model_has_induction_heads_after_a_previous_token_layer():
     # On a story it has seen the start of, greedy decoding continues it word for word.
     g = lm.generate("anna saw the red ball . then ben found the box in the garden . anna saw the", Sampling(4))
     assert g.continuation.startswith("red ball .")
+
+
+def test_cli_trains_the_language_model_through_the_one_loop(tmp_path, capsys):
+    """``python -m attnviz.train lm`` takes LMConfig's options and saves a checkpoint whose log is the run's."""
+    from attnviz.training.cli import main
+
+    result = main(["lm", "--steps", "4", "--eval-every", "2", "--log-every", "1", "--d-model", "16", "--d-ff", "32",
+                   "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert f"lm: induction {result.scores['induction']:.3f}, previous-token {result.scores['previous']:.3f}" in out
+    back = load_lm(tmp_path / "lm", "copy")
+    assert back.net.config.d_model == 16 and back.info["history"] == result.history
+    assert [h["step"] for h in result.history if h["induction"] is not None] == [2, 4]

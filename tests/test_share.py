@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 import attnviz
-from attnviz.ui.share import DEFAULT_MAX_CHARS
+from attnviz.settings import DEFAULT_MAX_CHARS
 from helpers import chart_specs, decode
 
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."

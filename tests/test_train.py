@@ -106,10 +106,10 @@ def test_short_run_beats_chance_on_held_out_data(short_runs, name, chance, floor
 def test_callback_sees_every_log_step_and_a_live_model_at_evaluations(short_runs):
     result, seen = short_runs["classifier"]
     assert [p.step for p in seen] == list(range(20, 121, 20))
-    evals = [p for p in seen if p.eval_accuracy is not None]
+    evals = [p for p in seen if p.scores["eval_accuracy"] is not None]
     assert [p.step for p in evals] == [60, 120] and all(p.model is result.model for p in evals)
-    assert all(p.model is None for p in seen if p.eval_accuracy is None)
-    assert result.history == [p.row() for p in seen] and result.eval_accuracy == evals[-1].eval_accuracy
+    assert all(p.model is None for p in seen if p.scores["eval_accuracy"] is None)
+    assert result.history == [p.row() for p in seen] and result.scores == evals[-1].scores
     probe = evals[-1].model.predict(TASKS["classifier"].probe)
     assert set(probe) == {"negative", "positive"} and sum(probe.values()) == pytest.approx(1, abs=1e-6)
 

@@ -169,7 +169,7 @@ def explain(model, text: str, target: str | None = None, steps: int = IG_STEPS,
     """
     if model.kind not in ("encoder", "decoder"):
         raise ValueError("Faithfulness explains one stack's prediction: encoder–decoder models are not supported.")
-    if not hasattr(model, "scorer"):
+    if not model.can("scorer"):
         raise ValueError(f"{model.key} cannot yet give its prediction as a function of its token embeddings: "
                          "faithfulness covers the built-in models and Hugging Face encoders and causal LMs.")
     trace = model.trace(text, max_tokens=max_tokens)

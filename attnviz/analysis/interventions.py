@@ -334,12 +334,12 @@ def kind_of(backend) -> str:
     if backend.kind == "encoder-decoder":
         raise ValueError("Interventions cover encoders, classifiers and causal LMs; encoder–decoder models are "
                          "not supported.")
-    if getattr(backend, "capture", "interface") == "eager":
+    if backend.capture == "eager":
         raise ValueError(f"{backend.key} runs eager attention (attnviz could not capture it exactly), so attnviz "
                          "cannot edit its attention.")
     if backend.kind == "decoder":
         return "lm"
-    return "classifier" if hasattr(backend, "labels") else "encoder"
+    return "classifier" if backend.can("predict") else "encoder"
 
 
 def check_edits(edits, n_layers: int, n_heads: int) -> tuple:
@@ -396,13 +396,13 @@ def run(model, text, edits=(), k: int = TOP_K) -> Effect:
 
 def _ids(backend, trace) -> list[int]:
     """The token ids of a trace's tokens."""
-    if hasattr(backend, "vocab"):
+    if backend.tokenizer is None:
         return [backend.vocab.stoi[t] for t in trace.tokens]
     return backend.tokenizer.convert_tokens_to_ids(list(trace.tokens))
 
 
 def token_name(backend, i: int) -> str:
-    if hasattr(backend, "vocab"):
+    if backend.tokenizer is None:
         return backend.vocab.itos[i]
     return backend.tokenizer.convert_ids_to_tokens(int(i))
 
@@ -411,7 +411,7 @@ def token_id(backend, token) -> int:
     """The id of ``token``: an id, a token as the trace shows it, or a word that is one token (" word" too)."""
     if isinstance(token, (int, np.integer)):
         return int(token)
-    if hasattr(backend, "vocab"):
+    if backend.tokenizer is None:
         if token in backend.vocab.stoi:
             return backend.vocab.stoi[token]
     else:

@@ -201,7 +201,7 @@ def traced(model, text: str, max_tokens: int | None = None, detail: int = 256,
     """(trace, reducer): ``model``'s trace of ``text`` with a survey of every head read during the same forward
     (``capture.reducing``); ``reducer.complete`` is False for a model whose forward did not hand its attention
     over (held eager): survey its weights instead."""
-    with reducing(Reducer(detail, getattr(model, "n_layers", None), progress)) as reducer:
+    with reducing(Reducer(detail, model.n_layers, progress)) as reducer:
         return model.trace(text, max_tokens=max_tokens), reducer
 
 

@@ -101,6 +101,7 @@ class BuiltinModel(TorchBackend):
     """A built-in encoder with a WordPiece tokenizer; ``trace`` runs it on one text."""
 
     kind = "encoder"
+    abilities = frozenset({"token_ids", "ablation", "positions", "scorer"})
 
     def __init__(self, key: str, net: EncoderModel, tokenizer, description: str):
         self.key, self.net, self.tokenizer, self.description = key, net, tokenizer, description

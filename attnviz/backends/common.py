@@ -157,8 +157,21 @@ def log_odds(logits: torch.Tensor, c: int) -> torch.Tensor:
     return logits[:, c].double() - others.logsumexp(1)
 
 
+ABILITIES = {  # what a backend may do beyond tracing a text; each declares its own (Backend.abilities)
+    "generate": "continue a prompt: generate(prompt, sampling) (causal language models)",
+    "token_ids": "trace token ids as given: trace_ids(ids), plain_ids() (the repeated-token probe)",
+    "outputs": "the trace and the model's output in one forward: traced(text) (next-token logits, label probabilities)",
+    "ablation": "run with heads masked: ablation(text)",
+    "positions": "the model's own position information: position_info()",
+    "scorer": "the prediction as a function of the token embeddings: scorer(text) (faithfulness)",
+    "predict": "label probabilities: predict(text), labels",
+    "translate": "the greedy output text: translate(text)",
+}
+
+
 class Backend(Protocol):
-    """A loaded model: everything pages and analyses use. ``lock`` serialises use of the shared model."""
+    """A loaded model: everything pages and analyses use. ``lock`` serialises use of the shared model; what it
+    can do beyond ``trace`` is declared in ``abilities`` (keys of ABILITIES), never found by probing."""
 
     key: str
     kind: str  # "encoder", "decoder" or "encoder-decoder"
@@ -168,6 +181,12 @@ class Backend(Protocol):
     description: str
     norm_note: str  # "" when every norm statistic is recorded; else what the Norms page cannot show
     lock: threading.Lock
+    abilities: frozenset  # keys of ABILITIES
+    capture: str  # "interface" (weights from the captured q and k) or "eager" (the model's own weights)
+    tokenizer: object | None  # a Hugging Face tokenizer; None: attnviz's own word vocabulary (``vocab``)
+
+    def can(self, ability: str) -> bool:
+        """Whether the backend does ``ability`` (a key of ABILITIES)."""
 
     def trace(self, text: str, target: str | None = None, max_tokens: int | None = None):
         """The AttentionTrace (Seq2SeqTrace for encoder–decoders) of ``text``, cut to ``max_tokens`` (default:
@@ -191,6 +210,14 @@ class TorchBackend:
     net: torch.nn.Module
     lock: threading.Lock
     position_limit: int | None  # how many positions the model has; None: any number (sinusoids, rotary)
+    abilities: frozenset = frozenset({"positions"})
+    capture = "interface"  # attnviz's own modules hand over q and k as Hugging Face's interface does
+    tokenizer = None  # the backends with a Hugging Face tokenizer set theirs
+
+    def can(self, ability: str) -> bool:
+        if ability not in ABILITIES:
+            raise ValueError(f"Unknown ability {ability!r}; known: {', '.join(ABILITIES)}")
+        return ability in self.abilities
 
     def limit(self, cap: int | None = None) -> int:
         """The most tokens a text may have: the model's positions, capped by ``cap`` (or ATTNVIZ_MAX_TOKENS)."""

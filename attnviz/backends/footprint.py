@@ -21,7 +21,7 @@ _sizes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (fix
 def n_tokens(model, text: str, cap: int | None = None) -> int:
     """How many tokens ``model`` will trace of ``text`` (at most ``model.limit(cap)``), before any forward."""
     limit = model.limit(cap)
-    tokenizer = getattr(model, "tokenizer", None)
+    tokenizer = model.tokenizer
     if tokenizer is None:  # a model with its own word or character vocabulary: no more tokens than characters
         return min(limit, len(text) + 2)
     return len(encode(tokenizer, text, limit).ids)

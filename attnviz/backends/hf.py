@@ -402,6 +402,8 @@ class HFModel(TorchBackend):
 
     def __init__(self, key: str, net, tokenizer, kind: str, config):
         self.key, self.net, self.tokenizer, self.kind = key, net, tokenizer, kind
+        self.abilities = frozenset({"positions"} | ({"token_ids", "ablation", "scorer"} if kind != "encoder-decoder"
+                                                   else set()) | ({"generate", "outputs"} if kind == "decoder" else set()))
         self.model_type = config.model_type
         self.device = next(net.parameters()).device
         limits = [_position_limit(config)]

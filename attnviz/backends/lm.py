@@ -48,6 +48,7 @@ class TrainedLM(TorchBackend):
     """A LanguageModel over words; texts start with [BOS]."""
 
     kind = "decoder"
+    abilities = frozenset({"generate", "token_ids", "outputs", "ablation", "positions", "scorer"})
 
     def __init__(self, key: str, net: LanguageModel, vocab: Vocab, description: str = "", info: dict | None = None):
         self.key, self.net, self.vocab, self.description = key, net.eval(), vocab, description

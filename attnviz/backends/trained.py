@@ -50,6 +50,7 @@ class TrainedClassifier(_Trained):
     """A TextClassifier over words; ``predict`` gives the label probabilities."""
 
     kind = "encoder"
+    abilities = frozenset({"outputs", "ablation", "positions", "scorer", "predict"})
 
     def __init__(self, key, net: TextClassifier, source: Vocab, labels, description="", info=None):
         super().__init__(key, net, source, description, info)
@@ -103,6 +104,7 @@ class TrainedTranslator(_Trained):
     """A Translator over words; ``translate`` decodes greedily, ``trace`` shows all three attentions."""
 
     kind = "encoder-decoder"
+    abilities = frozenset({"positions", "translate"})
 
     def __init__(self, key, net: Translator, source: Vocab, target: Vocab, description="", info=None):
         super().__init__(key, net, source, description, info)

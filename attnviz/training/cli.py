@@ -30,41 +30,19 @@ def _options(p: argparse.ArgumentParser, cls) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads while training")
 
 
-def main_lm(argv) -> object:
-    """``python -m attnviz.train lm``: train builtin:lm with a progress bar, save lm.safetensors + lm.json."""
-    from tqdm import tqdm
-
-    p = argparse.ArgumentParser(prog="python -m attnviz.train lm", description=main_lm.__doc__)
-    _options(p, LMConfig)
-    args = vars(p.parse_args(argv))
-    out, threads = args.pop("out"), args.pop("threads")
-    config = LMConfig(**args)
-    with tqdm(total=config.steps, unit="step", desc="lm") as bar:
-        def show(p):
-            bar.update(p.step - bar.n)
-            bar.set_postfix(loss=f"{p.loss:.3f}", **({"induction": f"{p.induction:.2f}", "previous": f"{p.previous:.2f}"}
-                                                     if p.induction is not None else {}))
-
-        result = train_lm(config, show, key="builtin:lm", threads=threads)
-    m = result.model
-    m.description = DESCRIPTION.format(n_layers=m.n_layers, n_heads=m.n_heads, induction=result.induction)
-    paths = save_checkpoint(m, os.path.join(out, "lm"))
-    print(f"lm: induction {result.induction:.3f}, previous-token {result.previous:.3f} in {result.seconds:.0f} s -> "
-          + ", ".join(f"{q} ({q.stat().st_size / 1e3:.0f} kB)" for q in paths))
-    return result
+SCORES = {"eval_accuracy": "held-out", "induction": "induction", "previous": "previous-token"}  # printed names
 
 
 def main(argv=None) -> Trained:
-    """The CLI: train one task with a progress bar, save its checkpoint."""
+    """The CLI: train one task (or the language model) with a progress bar, save its checkpoint."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["lm"]:
-        return main_lm(argv[1:])
+    lm = argv[:1] == ["lm"]
     p = argparse.ArgumentParser(prog="python -m attnviz.train", description=__doc__.split("\n\n")[0])
     p.add_argument("task", choices=[*TASKS, "lm"])
-    _options(p, TrainConfig)
+    _options(p, LMConfig if lm else TrainConfig)
     args = vars(p.parse_args(argv))
     task, out, threads = args.pop("task"), args.pop("out"), args.pop("threads")
-    config = TrainConfig(**args)
+    config = (LMConfig if lm else TrainConfig)(**args)
 
     from tqdm import tqdm
 
@@ -72,14 +50,16 @@ def main(argv=None) -> Trained:
         def show(p: Progress):
             bar.update(p.step - bar.n)
             bar.set_postfix(loss=f"{p.loss:.3f}", acc=f"{p.accuracy:.2f}",
-                            **({"held_out": f"{p.eval_accuracy:.3f}"} if p.eval_accuracy is not None else {}))
+                            **{SCORES[k]: f"{v:.3f}" for k, v in p.scores.items() if v is not None})
 
-        result = train(task, config, show, key=f"builtin:{task}", threads=threads)
+        key = f"builtin:{task}"
+        result = (train_lm(config, show, key, threads) if lm else train(task, config, show, key, threads))
     m = result.model
-    m.description = DESCRIPTIONS[task].format(n_layers=m.n_layers, n_heads=m.n_heads, acc=result.eval_accuracy)
+    m.description = (DESCRIPTION if lm else DESCRIPTIONS[task]).format(n_layers=m.n_layers, n_heads=m.n_heads,
+                                                                        **result.scores)
     paths = save_checkpoint(m, os.path.join(out, task))
-    print(f"{task}: held-out {result.eval_accuracy:.3f} in {result.seconds:.0f} s -> "
-          + ", ".join(f"{q} ({q.stat().st_size / 1e3:.0f} kB)" for q in paths))
+    print(f"{task}: " + ", ".join(f"{SCORES[k]} {v:.3f}" for k, v in result.scores.items())
+          + f" in {result.seconds:.0f} s -> " + ", ".join(f"{q} ({q.stat().st_size / 1e3:.0f} kB)" for q in paths))
     return result
 
 

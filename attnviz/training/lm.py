@@ -9,11 +9,9 @@ a run of random words repeated (the standard probe's shape, so the heads that fo
 
 from __future__ import annotations
 
-import dataclasses
 import random
-import time
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +19,7 @@ import torch.nn.functional as F
 from ..analysis.roles import probe_trace, role_scores
 from ..backends.lm import TrainedLM, build
 from ..backends.vocab import BOS, SPECIALS, Vocab
-from .loop import check_sizes, schedule, update
+from .loop import Progress, Run, Trained, check_sizes, fit
 
 NAMES = ("anna", "ben", "cleo", "dan", "eva", "finn", "gus", "hana", "ivan", "jo", "kim", "leo", "mia", "nils")
 NOUNS = ("cat", "dog", "bird", "fox", "ball", "box", "tree", "house", "river", "boat", "hat", "cake", "book",
@@ -101,72 +99,29 @@ class LMConfig:
             raise ValueError("the context must hold at least 8 tokens")
 
 
-class LMProgress(NamedTuple):
-    """What the callback sees: the step, the batch's loss and next-token accuracy, the probe's scores."""
-
-    step: int
-    steps: int
-    loss: float
-    accuracy: float
-    induction: float | None  # at evaluations: the best head's induction score on the standard probe
-    previous: float | None  # … and the best previous-token score
-    model: object | None  # at evaluations: the TrainedLM as it is now
-    seconds: float
-
-    def row(self) -> dict:
-        return {k: v for k, v in self._asdict().items() if k != "model"}
-
-
-class TrainedLMResult(NamedTuple):
-    model: object  # TrainedLM
-    history: list
-    induction: float
-    previous: float
-    seconds: float
-
-
-def probe_scores(model) -> tuple[float, float]:
-    """(best induction score, best previous-token score) over the heads, on the standard probe."""
+def probe_scores(model) -> dict:
+    """The best head's induction and previous-token scores on the standard probe."""
     s = role_scores(probe_trace(model))
-    return float(s["induction"].max()), float(s["previous"].max())
+    return {"induction": float(s["induction"].max()), "previous": float(s["previous"].max())}
 
 
-def train_lm(config: LMConfig | None = None, on_step: Callable[[LMProgress], None] | None = None,
-             key: str = "trained:lm", threads: int | None = 1) -> TrainedLMResult:
-    """Train a fresh language model on the generated stories; ``on_step`` every ``log_every`` steps and at
-    evaluations. ``threads``: torch CPU threads while training (restored after)."""
+def train_lm(config: LMConfig | None = None, on_step: Callable[[Progress], None] | None = None,
+             key: str = "trained:lm", threads: int | None = 1) -> Trained:
+    """Train a fresh language model on the generated stories through the one loop (``loop.fit``); its scores are
+    ``probe_scores``. ``on_step``, ``threads``: see fit."""
     c = config or LMConfig()
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads or before)
-    try:
-        torch.manual_seed(c.seed)
-        rng = random.Random(c.seed)
+
+    def setup() -> Run:
         net = build(c, len(VOCAB))
         model = TrainedLM(key, net, VOCAB)
-        opt = torch.optim.AdamW(net.parameters(), lr=c.lr, betas=(0.9, 0.98), weight_decay=0.01)
-        sched = schedule(opt, c.warmup, c.steps)
-        history, start, scores = [], time.perf_counter(), (0.0, 0.0)
-        for step in range(1, c.steps + 1):
-            net.train()
+
+        def loss(rng: random.Random) -> tuple[torch.Tensor, float]:
             ids = batch(rng, c.batch_size, c.max_len)  # (B, T)
             logits, _ = net(ids[:, :-1])  # (B, T − 1, V): row t predicts token t + 1
-            loss = F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten())
-            update(net, opt, sched, loss)
-            evaluating = step % c.eval_every == 0 or step == c.steps
-            if evaluating:
-                net.eval()
-                scores = probe_scores(model)
-            if evaluating or step % c.log_every == 0:
-                acc = (logits.argmax(-1) == ids[:, 1:]).float().mean().item()
-                p = LMProgress(step, c.steps, loss.item(), acc, *(scores if evaluating else (None, None)),
-                               model if evaluating else None, time.perf_counter() - start)
-                history.append(p.row())
-                if on_step:
-                    on_step(p)
-        net.eval()
-        seconds = time.perf_counter() - start
-        model.info = {"task": "stories", "training": dataclasses.asdict(c), "induction": scores[0],
-                      "previous": scores[1], "seconds": round(seconds, 1), "history": history}
-        return TrainedLMResult(model, history, *scores, seconds)
-    finally:
-        torch.set_num_threads(before)
+            accuracy = (logits.argmax(-1) == ids[:, 1:]).float().mean().item()
+            return F.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten()), accuracy
+
+        opt = torch.optim.AdamW(net.parameters(), lr=c.lr, betas=(0.9, 0.98), weight_decay=0.01)
+        return Run("stories", model, opt, loss, ("induction", "previous"), lambda: probe_scores(model), {})
+
+    return fit(c, setup, on_step, threads)

@@ -1,5 +1,5 @@
-"""Train the built-in models on the generated tasks: a library function with a callback (the command line is
-attnviz/training/cli.py)."""
+"""The one training loop (``fit``), which every built-in model goes through, and the seed's models on the generated
+tasks (``train``); the language model's data is attnviz/training/lm.py, the command line attnviz/training/cli.py."""
 
 from __future__ import annotations
 
@@ -53,26 +53,83 @@ def check_sizes(config) -> None:
 
 
 class Progress(NamedTuple):
-    """What the callback sees: the step, the training batch's loss and accuracy, held-out results."""
+    """What the callback sees: the step, the training batch's loss and accuracy, the evaluation's scores."""
 
     step: int  # 1-based
     steps: int
     loss: float
-    accuracy: float  # on the training batch (token accuracy for the translator)
-    eval_accuracy: float | None  # held-out accuracy (exact match for the translator) at evaluations
-    model: TrainedClassifier | TrainedTranslator | None  # at evaluations: the model as it is now, in eval mode
+    accuracy: float  # on the training batch (per target token for the translator and the language model)
+    scores: dict  # name -> score at evaluations (eval_accuracy; induction, previous), name -> None between them
+    model: object | None  # at evaluations: the backend as it is now, in eval mode
     seconds: float
 
     def row(self) -> dict:
-        """The numbers alone, as one row of the training history."""
-        return {k: v for k, v in self._asdict().items() if k != "model"}
+        """The numbers alone, as one row of the training history: each score a column of its own."""
+        return {"step": self.step, "steps": self.steps, "loss": self.loss, "accuracy": self.accuracy,
+                **self.scores, "seconds": self.seconds}
 
 
 class Trained(NamedTuple):
-    model: TrainedClassifier | TrainedTranslator
-    history: list  # Progress.row() every ``log_every`` steps and at evaluations
-    eval_accuracy: float
+    """A finished run: the backend, its history (Progress.row() every ``log_every`` steps and at evaluations),
+    the last evaluation's scores and the seconds it took."""
+
+    model: object  # TrainedClassifier, TrainedTranslator or TrainedLM
+    history: list
+    scores: dict
     seconds: float
+
+
+class Run(NamedTuple):
+    """What one model's training brings to the loop; the loop itself is the same for every model."""
+
+    task: str  # the name model.info records
+    model: object  # the backend around the net being trained (its ``net``)
+    optimizer: torch.optim.Optimizer
+    loss: Callable[[random.Random], tuple[torch.Tensor, float]]  # a fresh batch -> (loss, batch accuracy)
+    scores: tuple[str, ...]  # the names of the scores ``evaluate`` gives
+    evaluate: Callable[[], dict]  # name -> score, with the net in eval mode
+    info: dict  # more for model.info
+
+
+def fit(config, setup: Callable[[], Run], on_step: Callable[[Progress], None] | None = None,
+        threads: int | None = 1) -> Trained:
+    """Seed, build the run (``setup()``), then ``config.steps`` updates with warm-up and cosine decay; evaluations
+    every ``eval_every`` steps and at the last; ``on_step`` every ``log_every`` steps and at evaluations.
+
+    ``threads``: torch CPU threads while training (restored after; None leaves them) — these small models run
+    best on one, and more threads spin when the cores are shared (measured 20× slower with 2 on 2 busy cores).
+    """
+    c = config
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        torch.manual_seed(c.seed)
+        rng = random.Random(c.seed)
+        run = setup()
+        net = run.model.net
+        sched = schedule(run.optimizer, c.warmup, c.steps)
+        history, start, scores = [], time.perf_counter(), {}
+        for step in range(1, c.steps + 1):
+            net.train()
+            loss, acc = run.loss(rng)
+            update(net, run.optimizer, sched, loss)
+            evaluating = step % c.eval_every == 0 or step == c.steps
+            if evaluating:
+                net.eval()
+                scores = run.evaluate()
+            if evaluating or step % c.log_every == 0:
+                p = Progress(step, c.steps, loss.item(), acc, scores if evaluating else dict.fromkeys(run.scores),
+                             run.model if evaluating else None, time.perf_counter() - start)
+                history.append(p.row())
+                if on_step:
+                    on_step(p)
+        net.eval()
+        seconds = time.perf_counter() - start
+        run.model.info = {"task": run.task, "training": dataclasses.asdict(c), **scores, **run.info,
+                          "seconds": round(seconds, 1), "history": history}
+        return Trained(run.model, history, scores, seconds)
+    finally:
+        torch.set_num_threads(before)
 
 
 def _task(task: str | Task) -> Task:
@@ -152,19 +209,21 @@ def train(
     key: str | None = None,
     threads: int | None = 1,
 ) -> Trained:
-    """Train a fresh model on ``task`` and return it as a backend named ``key``, with its history.
-
-    ``on_step`` is called every ``log_every`` steps and at every evaluation. ``threads``: torch CPU
-    threads while training (restored after; None leaves them) — these small models run best on one,
-    and more threads spin when the cores are shared (measured 20× slower with 2 on 2 busy cores).
-    """
+    """Train a fresh model on ``task`` and return it as a backend named ``key``, with its history; its score is
+    ``eval_accuracy``, the held-out accuracy (exact match for the translator). ``on_step``, ``threads``: see fit."""
     task, c = _task(task), config or TrainConfig()
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads or before)
-    try:
-        return _train(task, c, on_step, key)
-    finally:
-        torch.set_num_threads(before)
+
+    def setup() -> Run:
+        net = build(task, c)
+        held_out = task.examples(c.eval_size, EVAL_SEED)
+        model = wrap(task, net, key or f"trained:{task.kind}")
+        opt = torch.optim.Adam(net.parameters(), lr=c.lr, betas=(0.9, 0.98))
+        return Run(task.name, model, opt,
+                   lambda rng: _loss(task, net, batch(task, task.examples(c.batch_size, rng.getrandbits(32)))),
+                   ("eval_accuracy",), lambda: {"eval_accuracy": evaluate(model, task, held_out)},
+                   {"eval_seed": EVAL_SEED})
+
+    return fit(c, setup, on_step, threads)
 
 
 def schedule(opt, warmup: int, steps: int):
@@ -182,39 +241,9 @@ def update(net, opt, sched, loss) -> None:
     sched.step()
 
 
-def _train(task: Task, c: TrainConfig, on_step, key: str | None) -> Trained:
-    torch.manual_seed(c.seed)
-    rng = random.Random(c.seed)
-    net = build(task, c)
-    held_out = task.examples(c.eval_size, EVAL_SEED)
-    model = wrap(task, net, key or f"trained:{task.kind}")
-    opt = torch.optim.Adam(net.parameters(), lr=c.lr, betas=(0.9, 0.98))
-    sched = schedule(opt, c.warmup, c.steps)
-    history, start, score = [], time.perf_counter(), 0.0
-    for step in range(1, c.steps + 1):
-        net.train()
-        loss, acc = _loss(task, net, batch(task, task.examples(c.batch_size, rng.getrandbits(32))))
-        update(net, opt, sched, loss)
-        evaluating = step % c.eval_every == 0 or step == c.steps
-        if evaluating:
-            net.eval()
-            score = evaluate(model, task, held_out)
-        if evaluating or step % c.log_every == 0:
-            p = Progress(step, c.steps, loss.item(), acc, score if evaluating else None,
-                         model if evaluating else None, time.perf_counter() - start)
-            history.append(p.row())
-            if on_step:
-                on_step(p)
-    net.eval()
-    seconds = time.perf_counter() - start
-    model.info = {"task": task.name, "training": dataclasses.asdict(c),
-                  "eval_accuracy": score, "eval_seed": EVAL_SEED, "seconds": round(seconds, 1)}
-    return Trained(model, history, score, seconds)
-
-
 DESCRIPTIONS = {
     "classifier": "a {n_layers}-layer × {n_heads}-head classifier trained on attnviz's generated sentiment "
-                  "task ({acc:.1%} held-out accuracy)",
+                  "task ({eval_accuracy:.1%} held-out accuracy)",
     "translator": "a {n_layers}-layer × {n_heads}-head encoder–decoder trained to write dates as ISO 8601 "
-                  "({acc:.1%} exact match on held-out dates)",
+                  "({eval_accuracy:.1%} exact match on held-out dates)",
 }

@@ -29,13 +29,13 @@ def unknown_note(trace, key: str) -> None:
 
 def model_output(model, text: str) -> None:
     """The classifier's prediction or the translator's output for ``text``, for models that have one."""
-    if hasattr(model, "predict"):
+    if model.can("predict"):
         probs = model.predict(text)
         best = max(probs, key=probs.get)
         st.markdown(f"**Prediction: {best}** ({probs[best]:.1%})")
         st.dataframe({"class": list(probs), "probability": list(probs.values())}, hide_index=True,
                      key="prediction", column_config={
                          "probability": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.3f")})
-    elif hasattr(model, "translate"):
+    elif model.can("translate"):
         st.markdown("**Translation:**")
         st.code(model.translate(text), language=None)  # a code block shows the model's text as it is

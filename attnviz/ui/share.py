@@ -7,19 +7,14 @@ invalid values without a word, so a session's first run keeps the raw query para
 
 from __future__ import annotations
 
-import logging
-import os
 import re
 from urllib.parse import urlencode, urlsplit
 
 import streamlit as st
 
-from attnviz import export
-
-log = logging.getLogger("attnviz")
+from attnviz import export, settings
 
 LINK_KEYS = ("model", "text", "layer", "head")
-DEFAULT_MAX_CHARS = 20_000
 _LINK = "_link"  # session-state key of the link's raw parameters and pending fallback
 
 
@@ -33,11 +28,7 @@ def _secret(name: str):
 
 def allowed_models() -> list[str] | None:
     """ATTNVIZ_MODELS (comma list) or secrets ``[attnviz] models``: the only models offered; None: any."""
-    raw = os.environ.get("ATTNVIZ_MODELS") or _secret("models")
-    if not raw:
-        return None
-    items = raw.split(",") if isinstance(raw, str) else raw
-    return [k for k in (str(i).strip() for i in items) if k] or None
+    return settings.allowed_models(_secret("models"))
 
 
 def public() -> bool:
@@ -46,12 +37,7 @@ def public() -> bool:
     On with ATTNVIZ_PUBLIC=1 or secrets ``[attnviz] public = true``, and by itself on Hugging Face Spaces
     (which sets SPACE_ID); ATTNVIZ_PUBLIC=0 turns it off there. Off for a local ``streamlit run app.py``.
     """
-    raw = os.environ.get("ATTNVIZ_PUBLIC", "").strip()
-    if not raw:
-        raw = _secret("public")
-    if raw is None or raw == "":
-        return bool(os.environ.get("SPACE_ID", "").strip())
-    return str(raw).strip().lower() in ("1", "true", "yes", "on")
+    return settings.public(_secret("public"))
 
 
 def locked() -> bool:
@@ -76,17 +62,7 @@ def fault(key: str, error: Exception) -> str:
 
 def max_chars() -> int:
     """ATTNVIZ_MAX_CHARS or secrets ``[attnviz] max_chars``: the longest text the text box takes."""
-    raw = os.environ.get("ATTNVIZ_MAX_CHARS") or _secret("max_chars")
-    if raw is None or raw == "":
-        return DEFAULT_MAX_CHARS
-    try:
-        n = int(raw)
-    except (TypeError, ValueError):
-        n = 0
-    if n <= 0:
-        log.warning("ATTNVIZ_MAX_CHARS must be a positive whole number, not %r; using %d", raw, DEFAULT_MAX_CHARS)
-        return DEFAULT_MAX_CHARS
-    return n
+    return settings.max_chars(_secret("max_chars"))
 
 
 def check_allowed(key: str, options: list[str]) -> None:
