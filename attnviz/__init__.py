@@ -1,5 +1,21 @@
 """attnviz: see what every layer and head of a transformer attends to.
 
+The folders run one way, lowest first; a module imports its own folder and those below it, never one above
+(tests/test_layers.py walks every import, function-level ones included):
+    settings, data   operator settings (every ATTNVIZ_* read), sample texts and the demo corpus
+    core             the record, no model and no UI: LayerQK and Weights, the trace, tokens, budgets
+    capture          how one forward hands over what it saw: the one recorder (attnviz's modules and
+                     transformers' attention function call the same hand-over), norm hooks, head masks
+    nn               the built-in transformer from the seed, corrected
+    backends         model keys -> loaded models behind one interface with declared abilities
+    analysis         what heads do, rollout, ablation, compare, long-text surveys, norms, interventions
+    corpus           read, stats (through analysis.heads), job (atomic shards), ray
+    training         one loop for every built-in model, the generated tasks and stories, the CLI
+    figures          pure figure builders (arrays + labels -> plotly), and the view of a stack
+    export           files behind a view
+    ui               the only Streamlit-aware part (frame, caches, share, heads) and the notebook widget
+    cli, __init__    the faces: ``python -m attnviz``, ``attnviz.trace/load/show``
+
 Shape legend, used in comments throughout:
     L  layers            H  heads            T  positions (Tq / Tk for queries / keys, Ts / Tt source / target)
     D  model width       Dh head width       F  feed-forward width       B  batch
