@@ -1,9 +1,34 @@
-"""Small helpers for tests that read rendered Streamlit charts."""
+"""Small helpers shared by the tests: one way to open the app in AppTest, and readers of rendered charts."""
 
 import base64
 import json
+from pathlib import Path
 
 import numpy as np
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def open_page(page: str = "app.py", *, alone: bool = False, timeout: float = 120, secrets: dict | None = None,
+              run: bool = True, **query) -> AppTest:
+    """A fresh session on ``page`` ("app.py" or "pages/…py") with ``query`` in its URL and ``secrets`` as the
+    host's secrets, run once unless ``run=False``. The app's own navigation opens the page, as a browser does;
+    ``alone=True`` runs the page file by itself instead (each page draws the shared frame too)."""
+    at = AppTest.from_file(str(ROOT / (page if alone else "app.py")), default_timeout=timeout)
+    if page != "app.py" and not alone:
+        at.switch_page(page)
+    for k, v in query.items():
+        at.query_params[k] = v
+    for k, v in (secrets or {}).items():
+        at.secrets[k] = v
+    return at.run() if run else at
+
+
+def ok(at: AppTest) -> AppTest:
+    """``at`` after checking the page ran without an exception or an error box."""
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    return at
 
 
 def decode(v):

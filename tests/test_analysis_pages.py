@@ -11,28 +11,15 @@ from streamlit.testing.v1 import AppTest
 import attnviz
 from attnviz.analysis import attention_flow, difference, head_importance, head_stats, head_table, match, rollout
 from attnviz.core.tokens import labels
-from helpers import chart_specs, decode
+from helpers import chart_specs, decode, ok, open_page
 
 TEXT = "The animal didn't cross the street because it was too tired."
 TEXT_B = "The animal didn't cross the river because it was too wide."
 
 
-def run(page: str, **params) -> AppTest:
-    at = AppTest.from_file("../app.py", default_timeout=120)
-    at.switch_page(page)
-    for k, v in params.items():
-        at.query_params[k] = v
-    return at.run()
-
-
 def charts(at) -> dict:
     """Figures by chart key."""
     return {c.proto.id.rsplit("-", 1)[-1]: spec for c, spec in zip(at.get("plotly_chart"), chart_specs(at))}
-
-
-def ok(at) -> AppTest:
-    assert not at.exception and not at.error, (at.exception, at.error)
-    return at
 
 
 def select(at, chart_key: str, point: dict) -> AppTest:
@@ -50,7 +37,7 @@ def trace():
 
 
 def test_head_statistics_rollout_and_the_caveat(trace):
-    at = ok(run("pages/4_Analysis.py", text=TEXT, stat="mean attention distance"))  # the URL holds the label
+    at = ok(open_page("pages/4_Analysis.py", text=TEXT, stat="mean attention distance"))  # the URL holds the label
     assert "not an explanation" in at.info[0].value and "Jain & Wallace 2019" in at.info[0].value
     figs = charts(at)
     stats = head_stats(trace)
@@ -72,7 +59,7 @@ def test_head_statistics_rollout_and_the_caveat(trace):
 
 
 def test_flow_into_a_chosen_token_and_its_length_limit(trace):
-    at = ok(run("pages/4_Analysis.py", text=TEXT, relevance_method="flow"))
+    at = ok(open_page("pages/4_Analysis.py", text=TEXT, relevance_method="flow"))
     names = labels(trace.tokens)
     it = names.index("it")
     at.selectbox(key="relevance_target").set_value(it)
@@ -82,13 +69,13 @@ def test_flow_into_a_chosen_token_and_its_length_limit(trace):
     np.testing.assert_allclose(decode(charts(at)["relevance_map"]["data"][0]["z"]), flow, atol=1e-9)
     (text,) = [h.proto.body for h in at.get("html")]
     np.testing.assert_allclose([float(x) for x in re.findall(r'title="([\d.]+)"', text)], flow[2], atol=5e-5)
-    long = ok(run("pages/4_Analysis.py", text=" ".join(["word"] * 80), relevance_method="flow"))
+    long = ok(open_page("pages/4_Analysis.py", text=" ".join(["word"] * 80), relevance_method="flow"))
     assert "limited to 64 tokens" in long.warning[0].value
     assert "relevance_map" not in charts(long)
 
 
 def test_ablation_button_and_clicking_a_head_opens_it(trace):
-    at = ok(run("pages/4_Analysis.py", text=TEXT))
+    at = ok(open_page("pages/4_Analysis.py", text=TEXT))
     assert "1 − cos" in at.main.markdown[-1].value  # the sidebar has its own (the text box's limit)
     ok(at.button(key="ablate").click().run())
     scores, _ = head_importance(attnviz.load("builtin:minilm"), TEXT)
@@ -106,9 +93,7 @@ def test_ablation_button_and_clicking_a_head_opens_it(trace):
 
 def test_a_click_opens_that_head_whichever_page_was_open_before():
     # Home at layer 2 head 5 first: the page switch must not bring that head back over the clicked one.
-    at = AppTest.from_file("../app.py", default_timeout=120)
-    at.query_params["text"] = TEXT
-    ok(at.run())
+    at = ok(open_page(text=TEXT))
     at.selectbox(key="layer").set_value(2)
     at.selectbox(key="head").set_value(5)
     ok(at.run())
@@ -124,7 +109,7 @@ def test_a_click_opens_that_head_whichever_page_was_open_before():
 
 
 def test_user_text_is_escaped_on_the_page():
-    at = ok(run("pages/4_Analysis.py", text='<b>bold</b> & <a href="x">link</a>'))
+    at = ok(open_page("pages/4_Analysis.py", text='<b>bold</b> & <a href="x">link</a>'))
     (text,) = [h.proto.body for h in at.get("html")]
     assert "&lt;" in text and "<b>" not in text and "<a " not in text
     ticks = charts(at)["relevance_map"]["data"][0]["x"]
@@ -133,7 +118,7 @@ def test_user_text_is_escaped_on_the_page():
 
 def test_an_encoder_decoder_gets_a_stack_choice_and_no_ablation(tiny_model):
     folder = tiny_model("bart")
-    at = ok(run("pages/4_Analysis.py", text=TEXT, model=f"hf:{folder}", analysis_stack="decoder"))
+    at = ok(open_page("pages/4_Analysis.py", text=TEXT, model=f"hf:{folder}", analysis_stack="decoder"))
     t = attnviz.load(f"hf:{folder}").trace(TEXT)
     stats = head_stats(t.decoder)
     np.testing.assert_allclose(decode(charts(at)["stat_map"]["data"][0]["z"]), stats["entropy"], atol=1e-9)
@@ -142,7 +127,7 @@ def test_an_encoder_decoder_gets_a_stack_choice_and_no_ablation(tiny_model):
 
 
 def test_compare_two_texts_side_by_side_and_their_difference(trace):
-    at = ok(run("pages/6_Compare.py", text=TEXT, text_b=TEXT_B, layer="2", head="5"))
+    at = ok(open_page("pages/6_Compare.py", text=TEXT, text_b=TEXT_B, layer="2", head="5"))
     t_b = attnviz.trace(TEXT_B)
     figs = charts(at)
     np.testing.assert_allclose(decode(figs["compare_a"]["data"][0]["z"]), trace.attentions[2, 5], atol=1e-7)
@@ -163,7 +148,7 @@ def test_compare_two_texts_side_by_side_and_their_difference(trace):
 
 
 def test_compare_starts_with_a_contrasting_pair_and_keeps_as_labels():
-    at = ok(run("pages/6_Compare.py"))  # A: the default text
+    at = ok(open_page("pages/6_Compare.py"))  # A: the default text
     text_b = at.text_area(key="text_b").value
     assert text_b == "The animal didn't cross the street because it was too wide."
     assert not any("B is the same as A" in i.value for i in at.info)
@@ -187,7 +172,7 @@ def test_compare_two_models_with_different_shapes_and_no_common_tokens(tiny_mode
     gpt2 = attnviz.load(f"hf:{folder}").trace(text_b)
     a = attnviz.trace("Dogs")
     assert not set(gpt2.tokens) & set(a.tokens)
-    at = ok(run("pages/6_Compare.py", text="Dogs", model_b=f"hf:{folder}", text_b=text_b, layer="1", head="3"))
+    at = ok(open_page("pages/6_Compare.py", text="Dogs", model_b=f"hf:{folder}", text_b=text_b, layer="1", head="3"))
     assert any("6 layers × 12 heads, B 2 × 4" in c.value for c in at.caption)
     figs = charts(at)
     np.testing.assert_allclose(decode(figs["compare_b"]["data"][0]["z"]), gpt2.attentions[1, 3], atol=1e-7)
@@ -198,6 +183,6 @@ def test_compare_two_models_with_different_shapes_and_no_common_tokens(tiny_mode
 
 
 def test_compare_says_what_is_wrong_with_model_b():
-    at = run("pages/6_Compare.py", text=TEXT, model_b="builtin:nope")
+    at = open_page("pages/6_Compare.py", text=TEXT, model_b="builtin:nope")
     assert not at.exception
     assert at.error[0].value.startswith("B: Unknown model 'builtin:nope'")

@@ -1,23 +1,15 @@
 """The home page: the shared frame and one head's heatmap, in real Streamlit."""
 
 import numpy as np
-from streamlit.testing.v1 import AppTest
 
 import attnviz
 from attnviz.core.tokens import labels
-from helpers import chart_specs, decode
-
-
-def _run(**params):
-    at = AppTest.from_file("../app.py", default_timeout=90)
-    for k, v in params.items():
-        at.query_params[k] = v
-    return at.run()
+from helpers import chart_specs, decode, open_page
 
 
 def test_home_heatmap_equals_trace_for_url_state():
     text = "Dogs chase cats. Cats chase mice."
-    at = _run(text=text, layer="2", head="5")
+    at = open_page(timeout=90, text=text, layer="2", head="5")
     assert not at.exception and not at.error
     spec = chart_specs(at)[0]
     t = attnviz.trace(text)
@@ -28,14 +20,14 @@ def test_home_heatmap_equals_trace_for_url_state():
 
 
 def test_home_escapes_markup_in_labels():
-    at = _run(text='<a href="x">click</a> <b>bold</b>')
+    at = open_page(timeout=90, text='<a href="x">click</a> <b>bold</b>')
     spec = chart_specs(at)[0]
     ticks = spec["data"][0]["x"]
     assert any("&lt;" in s for s in ticks) and not any("<" in s for s in ticks)
 
 
 def test_empty_text_gets_a_message_not_a_traceback():
-    at = AppTest.from_file("../app.py", default_timeout=90).run()
+    at = open_page(timeout=90)
     at.text_area(key="text").set_value("   ").run()
     assert not at.exception
     assert "empty" in at.error[0].value
@@ -55,7 +47,7 @@ def test_a_page_switch_after_editing_the_text_logs_no_widget_warning(monkeypatch
     handler.emit = lambda record: seen.append(record.getMessage())
     policies._LOGGER.addHandler(handler)
     try:
-        at = AppTest.from_file("../app.py", default_timeout=90).run()
+        at = open_page(timeout=90)
         at.text_area(key="text").set_value("Owls hunt at night.").run()
         at.switch_page("pages/1_Attention.py").run()
         assert not at.exception and not at.error
@@ -70,9 +62,9 @@ def test_a_page_switch_after_editing_the_text_logs_no_widget_warning(monkeypatch
 def test_home_has_the_attention_pages_display_options():
     text = "The cat sat on the unbelievably soft mat."
     view = dict(text=text, layer="2", head="5", hide_special="true", merge="true", threshold="0.05")
-    home = _run(**view)
+    home = open_page(timeout=90, **view)
     assert not home.exception and not home.error
-    attention = AppTest.from_file("../pages/1_Attention.py", default_timeout=90)
+    attention = open_page("pages/1_Attention.py", alone=True, timeout=90, run=False)
     for k, v in view.items():
         attention.query_params[k] = v
     attention.run()

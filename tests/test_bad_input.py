@@ -19,7 +19,7 @@ import attnviz
 from attnviz.figures.common import safe
 from attnviz.core.tokens import labels
 from attnviz.settings import DEFAULT_MAX_CHARS
-from helpers import chart_specs
+from helpers import chart_specs, open_page
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["app.py", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "pages").glob("*.py"))]
@@ -51,17 +51,9 @@ TAG = re.compile(r"</?[A-Za-z][^<>]*>")
 TEMPLATE_KEYS = {"hovertemplate", "texttemplate"}
 
 
-def run(page: str, **params) -> AppTest:
-    """A fresh session of ``page`` opened with ``params`` in its URL."""
-    at = AppTest.from_file(f"../{page}", default_timeout=120)
-    for k, v in params.items():
-        at.query_params[k] = v
-    return at.run()
-
-
 def typed(page: str, text: str, **params) -> AppTest:
     """A session of ``page`` in which the user typed ``text`` into the sidebar's text box."""
-    at = run(page, **params)
+    at = open_page(page, alone=True, **params)
     at.text_area(key="text").set_value(text).run()
     return at
 
@@ -164,7 +156,7 @@ def test_typed_text(page, case):
 def test_lone_surrogates_in_a_link_become_replacement_characters(page):
     """A link may carry a lone surrogate (WTF-8 bytes); it arrives as U+FFFD and the page runs."""
     raw = "lone \ud800 half \udfff end".encode("utf-8", "surrogatepass")
-    at = run(page, text=raw)
+    at = open_page(page, alone=True, text=raw)
     shown = raw.decode("utf-8", "replace")
     assert "\ufffd" in shown
     assert_kept(at, shown)
@@ -202,7 +194,7 @@ def short_models(tiny_model):
 def test_one_token_on_every_page(page, model, short_models):
     t = attnviz.trace("x", short_models[model])
     assert (t.encoder if t.kind == "encoder-decoder" else t).n_tokens == 1
-    at = run(page, model=short_models[model], text="x")
+    at = open_page(page, alone=True, model=short_models[model], text="x")
     # "x" is no word the translator knows: the page says so (issue 17), and nothing else.
     assert_kept(at, "x", ["1 of 1 tokens are unknown to this model"] if model == "translator" else ())
 
@@ -292,7 +284,7 @@ PAGE_NOTES = {("pages/12_Faithfulness.py", "huge-text"): ["an operator can raise
 def test_bad_link(page, case):
     params, text, notes = LINKS[case]
     own = PAGE_NOTES.get((page, case), [])
-    at = run(page, **params)
+    at = open_page(page, alone=True, **params)
     assert_kept(at, text, notes + own)
     at.run()  # the user's next run: the link's notes are gone
     warnings = [plain(w.value) for w in at.warning]
@@ -304,7 +296,7 @@ LAYER_PAGES = [p for p in PAGES[1:] if "layer_head(" in (ROOT / p).read_text()]
 
 @pytest.mark.parametrize("page", LAYER_PAGES)
 def test_layer_and_head_out_of_range_in_a_link(page):
-    at = run(page, layer="99", head="-1")
+    at = open_page(page, alone=True, layer="99", head="-1")
     assert_kept(at, DEFAULT_TEXT, ["Layer 99 in the link is out of range", "Head -1 in the link is out of range"])
     assert at.selectbox(key="layer").value == 0
 

@@ -8,7 +8,6 @@ import textwrap
 import pytest
 import torch
 import transformers as tf
-from streamlit.testing.v1 import AppTest
 
 import attnviz
 from attnviz.analysis import head_importance
@@ -16,6 +15,7 @@ from attnviz.backends import open_model
 from attnviz.backends.builtin import minilm_path
 from attnviz.core.budget import heads, parameters
 from conftest import ROOT
+from helpers import open_page
 from tiny_models import FAMILIES
 
 KINDS = {"gpt2": "decoder", "llama": "decoder", "t5": "encoder-decoder", "byt5": "encoder-decoder",
@@ -131,10 +131,7 @@ def test_ablation_beyond_the_forward_budget_is_refused_before_the_first_pass(mon
 def test_analysis_page_states_the_budgets_before_running(monkeypatch):
     monkeypatch.setenv("ATTNVIZ_MAX_FORWARDS", "50")
     monkeypatch.setenv("ATTNVIZ_MAX_FLOWS", "20")
-    at = AppTest.from_file("../app.py", default_timeout=120)
-    at.switch_page("pages/4_Analysis.py")
-    at.query_params["relevance_method"] = "flow"
-    at.run()
+    at = open_page("pages/4_Analysis.py", relevance_method="flow")
     assert not at.exception and not at.error
     assert any("ATTNVIZ_MAX_FORWARDS" in i.value.replace("\\", "") and "73 forward passes" in i.value for i in at.info)
     assert at.button(key="ablate").disabled

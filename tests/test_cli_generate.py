@@ -1,6 +1,5 @@
 """``python -m attnviz generate`` and ``roles`` run as a user runs them, compared with the library in-process."""
 
-import io
 import subprocess
 import sys
 

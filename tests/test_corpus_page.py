@@ -5,24 +5,16 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from attnviz import corpus as cp
 from attnviz.data import CORPUS
-from helpers import chart_specs, decode
+from helpers import chart_specs, decode, ok, open_page
 
 
 @pytest.fixture
 def page(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNVIZ_CORPUS_WORK", str(tmp_path / "work"))
-    at = AppTest.from_file("../app.py", default_timeout=300)
-    at.switch_page("pages/10_Corpus.py")
-    return at.run()
-
-
-def ok(at):
-    assert not at.exception and not at.error, (at.exception, at.error)
-    return at
+    return open_page("pages/10_Corpus.py", timeout=300)
 
 
 def test_run_shows_the_library_numbers_and_opens_top_texts(page, tmp_path):
@@ -58,9 +50,7 @@ def test_bad_path_and_column_get_a_message(tmp_path, monkeypatch):
     (folder / "c.csv").write_text("body\n<b>x</b> hello\n")
     monkeypatch.setenv("ATTNVIZ_CORPUS_DIR", str(folder))
     monkeypatch.setenv("ATTNVIZ_CORPUS_WORK", str(tmp_path / "work"))
-    at = AppTest.from_file("../app.py", default_timeout=300)
-    at.switch_page("pages/10_Corpus.py")
-    at = at.run()
+    at = open_page("pages/10_Corpus.py", timeout=300)
     at = at.radio(key="corpus_source").set_value("path").run()
     at = at.text_input(key="corpus_path").input("../../etc/passwd").run()
     assert "Only files under" in at.error[0].value

@@ -13,6 +13,7 @@ from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
 from attnviz.ui.share import code, plain
+from helpers import open_page
 
 PAYLOADS = {
     "link": "[Session expired - click here](https://evil.example/login)",
@@ -75,12 +76,7 @@ def words(body: str) -> str:
 @pytest.mark.parametrize("payload", list(PAYLOADS), ids=list(PAYLOADS))
 @pytest.mark.parametrize("page", list(PAGES))
 def test_markdown_in_every_url_parameter_is_shown_as_text(page, payload):
-    at = AppTest.from_file("../app.py", default_timeout=120)
-    if page != "app.py":
-        at.switch_page(page)
-    for name in SHARED + PAGES[page]:
-        at.query_params[name] = PAYLOADS[payload]
-    at.run()
+    at = open_page(page, **{name: PAYLOADS[payload] for name in SHARED + PAGES[page]})
     assert not at.exception, at.exception[0].value
     bodies = messages(at)
     for body in bodies:
@@ -92,10 +88,7 @@ def test_markdown_in_every_url_parameter_is_shown_as_text(page, payload):
 
 def test_compare_model_b_error_shows_the_link_as_text():
     """The reported attack: the error box quotes model B's name as typed, with no link in it."""
-    at = AppTest.from_file("../app.py", default_timeout=120)
-    at.switch_page("pages/6_Compare.py")
-    at.query_params["model_b"] = PAYLOADS["link"]
-    at.run()
+    at = open_page("pages/6_Compare.py", model_b=PAYLOADS["link"])
     assert not at.exception
     (error,) = at.error
     assert error.value.startswith("B: Unknown model ")
@@ -144,11 +137,7 @@ def test_markdown_in_a_link_renders_as_text_in_chromium(page, app_url, name):
     ({f"p{i}": "1" for i in range(1000)}, "1,001 parameters, over the 1,000 Streamlit reads"),
 ], ids=["long", "many"])
 def test_a_link_over_streamlits_query_string_limit_gets_a_note(extra, why):
-    at = AppTest.from_file("../app.py", default_timeout=120)
-    at.query_params["model"] = "builtin:seed"
-    for k, v in extra.items():
-        at.query_params[k] = v
-    at.run()
+    at = open_page(model="builtin:seed", **extra)
     assert not at.exception and not at.error
     assert [w.value for w in at.warning] == [f"This link has {why}, so none of it could be used; showing the "
                                              "default view."]

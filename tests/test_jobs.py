@@ -15,6 +15,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 from websockets.sync.client import connect
 
 from conftest import start_server
+from helpers import open_page
 
 STEPS = 3000  # far more than the test waits for: training must be stopped, not finish
 
@@ -103,12 +104,8 @@ def test_one_line_for_heavy_work_and_a_closed_tab_stops_its_training(server):
 
 
 def test_a_session_trains_at_most_its_steps(monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
     monkeypatch.setenv("ATTNVIZ_MAX_TRAIN_STEPS", "60")
-    at = AppTest.from_file("../app.py", default_timeout=300)
-    at.switch_page("pages/5_Train.py")
-    at.run()
+    at = open_page("pages/5_Train.py", timeout=300)
     at.select_slider(key="train_size").set_value("tiny")
     at.number_input(key="train_steps").set_value(400)
     at.run()

@@ -5,7 +5,6 @@ import random
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from attnviz.analysis.roles import probe_trace, role_scores
 from attnviz.backends.lm import TrainedLM, build, load_lm

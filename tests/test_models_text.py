@@ -4,17 +4,13 @@ from streamlit.testing.v1 import AppTest
 
 import attnviz
 from attnviz.data.samples import DATES, GENERAL, REVIEWS
+from helpers import ok, open_page
 
 DEFAULT = GENERAL["Coreference"]
 
 
-def run(page: str = "../app.py", **params) -> AppTest:
-    at = AppTest.from_file(page, default_timeout=90)
-    for k, v in params.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception and not at.error, (at.exception, at.error)
-    return at
+def run(page: str = "app.py", **params) -> AppTest:
+    return ok(open_page(page, alone=True, timeout=90, **params))
 
 
 def test_a_model_that_cannot_read_the_text_says_so_and_offers_its_samples():
@@ -45,11 +41,11 @@ def test_the_translator_shows_its_translation_on_attention_and_home():
     text = DATES["Autumn"]
     want = attnviz.load("builtin:translator").translate(text)
     assert want == "1986-10-12"
-    for page in ("../pages/1_Attention.py", "../app.py"):
+    for page in ("pages/1_Attention.py", "app.py"):
         at = run(page, model="builtin:translator", text=text)
         assert [c.value for c in at.code if c.value == want], page
         assert not [w for w in at.warning if "unknown" in w.value]
-    at = run("../pages/1_Attention.py", model="builtin:translator", text=DEFAULT)
+    at = run("pages/1_Attention.py", model="builtin:translator", text=DEFAULT)
     assert [w for w in at.warning if "unknown to this model" in w.value]
     at.button(key="unknown_sample_No weekday").click().run()
     assert at.text_area(key="text").value == DATES["No weekday"]

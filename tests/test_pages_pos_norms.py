@@ -16,7 +16,7 @@ from attnviz.backends import load
 from attnviz.analysis.norms import NAMES, layer_stats, norm_attention, norm_table
 from attnviz.backends.positions import attention_by_offset, position_info, similarity, sinusoidal
 from attnviz.core.tokens import labels
-from helpers import chart_specs, decode
+from helpers import chart_specs, decode, open_page
 
 TEXT = "The quick brown fox jumps over the <b>lazy</b> dog. Where is the station?"
 # HF tiny models: an encoder, a decoder and an encoder–decoder; each family keeps position its own way.
@@ -33,10 +33,7 @@ def key(tiny_model):
 
 
 def _run(page: str, **params) -> AppTest:
-    at = AppTest.from_file(f"../pages/{page}.py", default_timeout=90)
-    for k, v in params.items():
-        at.query_params[k] = v
-    return at.run()
+    return open_page(f"pages/{page}.py", alone=True, timeout=90, **params)
 
 
 def _ok(at: AppTest) -> dict:

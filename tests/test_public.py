@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from attnviz.backends import list_models
 from attnviz.ui import share
+from helpers import open_page
 
 ORACLE = ["hf:/etc/shadow", "hf:/root", "hf:/nonexistent", "/root", "hf:~/.ssh", "hf:/proc/self/environ"]
 ENV = ("ATTNVIZ_PUBLIC", "SPACE_ID", "ATTNVIZ_MODELS")
@@ -43,15 +43,7 @@ def test_public_mode_is_an_operator_setting_and_on_where_the_host_says(clean_env
     assert share.public() is on
 
 
-def run(page="app.py", secrets=None, **params) -> AppTest:
-    at = AppTest.from_file("../app.py", default_timeout=120)
-    if page != "app.py":
-        at.switch_page(page)
-    for k, v in params.items():
-        at.query_params[k] = v
-    for k, v in (secrets or {}).items():
-        at.secrets[k] = v
-    return at.run()
+run = open_page
 
 
 def messages(at) -> list[str]:

@@ -5,22 +5,12 @@ from urllib.parse import parse_qs
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
 import attnviz
 from attnviz.settings import DEFAULT_MAX_CHARS
-from helpers import chart_specs, decode
+from helpers import chart_specs, decode, open_page
 
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
-
-
-def _run(secrets=None, **params):
-    at = AppTest.from_file("../app.py", default_timeout=90)
-    for k, v in params.items():
-        at.query_params[k] = v
-    for k, v in (secrets or {}).items():
-        at.secrets[k] = v
-    return at.run()
 
 
 def _state(at):
@@ -36,7 +26,7 @@ def _link(at) -> dict:
 
 def test_link_sets_model_text_layer_and_head():
     text = "Bees make honey; honey feeds bees."
-    at = _run(model="builtin:seed", text=text, layer="3", head="7")
+    at = open_page(timeout=90, model="builtin:seed", text=text, layer="3", head="7")
     assert not at.exception and not at.error and not at.warning
     assert _state(at) == ("builtin:seed", text, 3, 7)
     heat = chart_specs(at)[0]["data"][0]
@@ -71,7 +61,7 @@ GARBAGE = [
 
 @pytest.mark.parametrize("params, state, notes", GARBAGE, ids=["model", "hf-folder", "range", "nan", "repeat", "long"])
 def test_garbage_link_falls_back_with_a_note(params, state, notes):
-    at = _run(**params)
+    at = open_page(timeout=90, **params)
     assert not at.exception and not at.error
     assert _state(at) == state
     warnings = " | ".join(w.value for w in at.warning)
@@ -84,7 +74,7 @@ def test_garbage_link_falls_back_with_a_note(params, state, notes):
 
 def test_operator_allowlist_locks_the_picker(monkeypatch):
     monkeypatch.setenv("ATTNVIZ_MODELS", "builtin:seed")
-    at = _run(model="builtin:minilm")
+    at = open_page(timeout=90, model="builtin:minilm")
     assert not at.exception and not at.error
     picker = at.selectbox(key="model")
     assert picker.options == ["builtin:seed"] and picker.value == "builtin:seed"
@@ -93,16 +83,15 @@ def test_operator_allowlist_locks_the_picker(monkeypatch):
 
 
 def test_operator_settings_from_secrets():
-    at = _run(secrets={"attnviz": {"models": ["builtin:seed", "builtin:minilm"], "max_chars": 30}}, text="x" * 50)
+    at = open_page(timeout=90, secrets={"attnviz": {"models": ["builtin:seed", "builtin:minilm"], "max_chars": 30}}, text="x" * 50)
     assert at.selectbox(key="model").options == ["builtin:seed", "builtin:minilm"]
     assert at.text_area(key="text").value == "x" * 30
     assert "text has 50 characters; this app takes at most 30" in at.warning[0].value
 
 
 def test_attention_page_detail_has_the_share_box():
-    at = AppTest.from_file("../pages/1_Attention.py", default_timeout=90)
-    at.query_params.update({"model": "builtin:seed", "text": "Owls hunt at night.", "layer": "2", "head": "4"})
-    at.run()
+    at = open_page("pages/1_Attention.py", alone=True, timeout=90, model="builtin:seed", text="Owls hunt at night.",
+                   layer="2", head="4")
     assert not at.exception and not at.error
     names = [json.loads(c.proto.config).get("toImageButtonOptions", {}).get("filename") for c in at.get("plotly_chart")]
     assert "attnviz_builtin-seed_L2_H4" in names

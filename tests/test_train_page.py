@@ -3,23 +3,20 @@ selectable on every page of the session; the language model's run draws its indu
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from attnviz.figures.common import safe
 from attnviz.training.lm import LMConfig, train_lm
 from attnviz.training.tasks import TASKS
 from attnviz.core.tokens import labels
-from helpers import chart_specs, decode
+from helpers import chart_specs, decode, open_page
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_tiny_run_shows_losses_probe_and_registers_the_model():
-    at = AppTest.from_file("../app.py", default_timeout=120)  # the app, so the model can visit another page
-    at.switch_page("pages/5_Train.py")
-    at.query_params["model"] = "builtin:classifier"  # a light model for the shared frame's own trace
-    at.run()
+    # the app, so the model can visit another page; a light model for the shared frame's own trace
+    at = open_page("pages/5_Train.py", model="builtin:classifier")
     assert not at.exception and not at.error, (at.exception, at.error)
     assert "session:translator" not in at.selectbox(key="model").options
 
@@ -55,9 +52,7 @@ def test_tiny_run_shows_losses_probe_and_registers_the_model():
 
 
 def test_classifier_run_shows_the_probe_prediction_and_attention():
-    at = AppTest.from_file("../pages/5_Train.py", default_timeout=120)
-    at.query_params["model"] = "builtin:classifier"
-    at.run()
+    at = open_page("pages/5_Train.py", alone=True, model="builtin:classifier")
     at.select_slider(key="train_size").set_value("tiny")
     at.number_input(key="train_steps").set_value(10)
     at.text_input(key="train_probe_classifier").set_value("The <b>old</b> hotel was never dull")
@@ -79,10 +74,7 @@ def test_language_model_run_draws_its_curves_and_the_model_generates():
     """The language model task: a short run draws the loss and the probe's induction and previous-token curves
     (equal to the same run in-process), counts against the session's steps, then the model generates on the
     Generate page."""
-    at = AppTest.from_file("../app.py", default_timeout=180)
-    at.switch_page("pages/5_Train.py")
-    at.query_params["model"] = "builtin:classifier"  # a light model for the shared frame's own trace
-    at.run()
+    at = open_page("pages/5_Train.py", timeout=180, model="builtin:classifier")  # a light model for the frame's trace
     assert not at.exception and not at.error, (at.exception, at.error)
     at.radio(key="train_task").set_value("lm").run()
     at.select_slider(key="train_lm_size").set_value("small")
