@@ -2,7 +2,7 @@
 
 ``load_hf(name)`` takes a local folder or a hub id, refuses what is unsafe (custom code, pickle checkpoints,
 oversized weights) with a plain message, and returns an ``HFModel`` whose ``trace`` matches the builtin one.
-Models run with attnviz's attention function (``hf_attention``): SDPA speed, queries and keys captured, weights
+Models run with attnviz's attention function (``attnviz.capture.hf``): SDPA speed, queries and keys captured, weights
 on demand. A model it does not reach exactly — checked against eager attention when it loads — runs eager, and
 its traces say so (``capture == "eager"``); one it cannot trace exactly at all is refused in words (``refusal``).
 Checkpoints load in their own dtype (bf16 stays bf16); ``check(name)`` is one model's support-matrix row.
