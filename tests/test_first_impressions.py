@@ -17,7 +17,8 @@ from attnviz.analysis.roles import ROLES, probe_trace, role_scores, role_table, 
 from attnviz.figures.roles import ROLE_COLOURS, role_grid
 from attnviz.data.samples import BY_MODEL, GENERAL, STORIES, UNKNOWN, samples_for, unknown_share
 from conftest import ROOT
-from test_analysis_pages import charts, ok, run, select
+from helpers import ok, open_page
+from test_analysis_pages import charts, select
 
 QUOKKA = "A quokka smiled at us. Later the quokka hopped away, and two quokkas followed."
 
@@ -35,7 +36,7 @@ def test_find_matches_a_word_cut_into_pieces():
 
 
 def test_the_long_text_page_finds_a_split_word():
-    at = ok(run("pages/9_Long_text.py", text=QUOKKA))
+    at = ok(open_page("pages/9_Long_text.py", text=QUOKKA))
     at.text_input(key="find").set_value("quokka").run()
     positions = [i for i, tok in enumerate(attnviz.trace(QUOKKA).tokens) if tok == "quo"][:2]
     assert any(c.value.startswith(f"2 positions: {positions[0]}, {positions[1]}") for c in at.caption), \
@@ -61,7 +62,7 @@ def test_unknown_tokens_count_whatever_their_special_flag():
 
 
 def test_builtin_lm_warns_about_unknown_words_and_offers_its_stories():
-    at = ok(run("pages/8_Generate.py", model="builtin:lm", text=GENERAL["Coreference"]))
+    at = ok(open_page("pages/8_Generate.py", model="builtin:lm", text=GENERAL["Coreference"]))
     t = attnviz.load("builtin:lm").trace(GENERAL["Coreference"])
     unknown = list(t.tokens).count("[UNK]")
     assert any(w.value.startswith(f"{unknown} of {t.n_tokens - 1} tokens are unknown") for w in at.warning)
@@ -69,7 +70,7 @@ def test_builtin_lm_warns_about_unknown_words_and_offers_its_stories():
 
 
 def test_a_model_switch_trades_a_sample_for_the_new_models_own():
-    at = ok(run("pages/8_Generate.py"))
+    at = ok(open_page("pages/8_Generate.py"))
     assert at.text_area(key="text").value == GENERAL["Coreference"]
     at.selectbox(key="model").set_value("builtin:lm").run()
     ok(at)
@@ -83,14 +84,14 @@ def test_a_model_switch_trades_a_sample_for_the_new_models_own():
 
 
 def test_generate_opens_on_a_story_for_builtin_lm():
-    at = ok(run("pages/8_Generate.py", model="builtin:lm"))
+    at = ok(open_page("pages/8_Generate.py", model="builtin:lm"))
     assert at.text_area(key="text").value == next(iter(STORIES.values()))
 
 
 # ---- 4. a head opened from the Roles grid lands on that head, on the page and in the address ----
 
 def test_a_head_clicked_on_roles_opens_on_the_attention_page_with_its_address():
-    at = ok(run("pages/7_Roles.py", text=QUOKKA))
+    at = ok(open_page("pages/7_Roles.py", text=QUOKKA))
     at = select(at, "role_grid", {"x": 7, "y": 2, "point_index": 2 * 12 + 7, "curve_number": 1})
     ok(at)
     assert at.title[0].value == "Attention"
@@ -121,7 +122,7 @@ def box(at, x, y):
 
 def test_a_box_of_a_few_pixels_zooms_where_it_was_dragged():
     text = words(400)
-    at = ok(run("pages/9_Long_text.py", model="builtin:seed", text=text))
+    at = ok(open_page("pages/9_Long_text.py", model="builtin:seed", text=text))
     T = attnviz.load("builtin:seed").trace(text).n_tokens
     at = box(at, [0, T], [200.4, 231.7])  # plotly's band for a drag a few pixels wide: the whole of the other axis
     assert (at.number_input(key="zoom_start").value, at.number_input(key="zoom_size").value) == (200, 32)
@@ -132,7 +133,7 @@ def test_a_box_of_a_few_pixels_zooms_where_it_was_dragged():
 
 
 def test_the_window_grows_to_64_tokens_with_a_longer_text():
-    at = ok(run("pages/9_Long_text.py", model="builtin:seed", text="A short text."))
+    at = ok(open_page("pages/9_Long_text.py", model="builtin:seed", text="A short text."))
     short = at.number_input(key="zoom_size").value
     assert short == attnviz.load("builtin:seed").trace("A short text.").n_tokens < 64
     at.text_area(key="text").set_value(words(300)).run()
@@ -147,7 +148,7 @@ def test_the_window_grows_to_64_tokens_with_a_longer_text():
 # ---- 7. the text box's limit ----
 
 def test_the_text_box_says_what_a_long_paste_gets_and_where_to_upload():
-    at = ok(run("pages/1_Attention.py"))
+    at = ok(open_page("pages/1_Attention.py"))
     notes = [m.value for m in at.sidebar.markdown]
     assert any("over 20,000 characters is refused whole" in n and "Long text page's upload" in n for n in notes), notes
 
@@ -174,7 +175,7 @@ def test_a_role_keeps_its_colour_whichever_roles_a_model_has():
 
 
 def test_probe_mode_ranks_the_table_by_the_probe():
-    at = ok(run("pages/7_Roles.py", text=QUOKKA, roles_on="the standard probe"))
+    at = ok(open_page("pages/7_Roles.py", text=QUOKKA, roles_on="the standard probe"))
     minilm = attnviz.load("builtin:minilm")
     probe = role_scores(probe_trace(minilm))
     best, names = strongest(probe)
@@ -187,7 +188,7 @@ def test_probe_mode_ranks_the_table_by_the_probe():
 # ---- 10. the home page's words for a narrow screen ----
 
 def test_the_home_page_says_how_to_open_a_collapsed_sidebar():
-    at = ok(run("app.py"))
+    at = ok(open_page("app.py"))
     assert "arrow at the top left opens it" in at.markdown[0].value + at.markdown[1].value
 
 
@@ -202,7 +203,7 @@ def test_the_home_page_says_how_to_open_a_collapsed_sidebar():
       "Token position: abc in the link is not a whole number from 0 to {last}; showing 1."]),
 ])
 def test_a_pages_own_bad_link_values_get_a_note(page, params, notes):
-    at = ok(run(page, **params))
+    at = ok(open_page(page, **params))
     last = attnviz.trace(QUOKKA).n_tokens - 1
     assert [w.value for w in at.warning] == [n.format(last=last) for n in notes]
     at.run()  # the visitor's next run: the notes are gone
@@ -210,7 +211,7 @@ def test_a_pages_own_bad_link_values_get_a_note(page, params, notes):
 
 
 def test_the_fallback_note_ends_in_one_full_stop():
-    at = run("pages/1_Attention.py", model="no-such-model")
+    at = open_page("pages/1_Attention.py", model="no-such-model")
     (note,) = [w.value for w in at.warning]
     assert "'.." not in note and "' `. Showing builtin:minilm." in note, note
 
@@ -248,7 +249,7 @@ def test_the_readme_corpus_example_runs_outside_the_repository(tmp_path):
 
 
 def test_a_train_page_model_gone_after_a_reload_says_so():
-    at = run("pages/8_Generate.py", model="session:lm")
+    at = open_page("pages/8_Generate.py", model="session:lm")
     (note,) = [w.value for w in at.warning]
     assert "session:lm was trained on the Train page in an earlier session" in note and "Train it again" in note
     assert at.selectbox(key="model").value == "builtin:minilm"

@@ -9,7 +9,8 @@ from attnviz.backends.hf import load_hf
 from attnviz.backends.generation import Sampling
 from attnviz.core.tokens import clean, labels
 from helpers import decode
-from test_analysis_pages import charts, ok, run
+from helpers import ok, open_page
+from test_analysis_pages import charts
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick"
 
@@ -26,7 +27,7 @@ def test_each_step_of_a_sampled_continuation(gpt2):
     g = backend.generate(PROMPT, Sampling(6, 1.2, 30, 5))
     names = labels(g.trace.tokens)
     for step in range(1, g.n_new + 1):  # each step from a link (a typed model folder does not survive set_value)
-        figs = charts(ok(run("pages/8_Generate.py", **view, layer="1", head="2", gen_step=str(step))))
+        figs = charts(ok(open_page("pages/8_Generate.py", **view, layer="1", head="2", gen_step=str(step))))
         pos = g.prompt_len + step - 1
         bars = figs["gen_step_attention"]["data"][0]
         np.testing.assert_allclose(decode(bars["y"]), g.trace.row(1, 2, pos - 1)[:pos], atol=1e-6)
@@ -46,16 +47,16 @@ def test_each_step_of_a_sampled_continuation(gpt2):
 def test_a_link_opens_the_same_step_and_an_encoder_gets_a_message(gpt2):
     folder, backend = gpt2
     g = backend.generate(PROMPT, Sampling(5))
-    at = ok(run("pages/8_Generate.py", model=folder, text=PROMPT, gen_new="5", gen_step="4", layer="0", head="1"))
+    at = ok(open_page("pages/8_Generate.py", model=folder, text=PROMPT, gen_new="5", gen_step="4", layer="0", head="1"))
     bars = charts(at)["gen_step_attention"]["data"][0]
     np.testing.assert_allclose(decode(bars["y"]), g.trace.row(0, 1, g.prompt_len + 2)[:g.prompt_len + 3], atol=1e-6)
-    at = ok(run("pages/8_Generate.py", text=PROMPT))  # builtin:minilm, an encoder
+    at = ok(open_page("pages/8_Generate.py", text=PROMPT))  # builtin:minilm, an encoder
     assert "not a causal language model" in at.info[0].value and not at.get("plotly_chart")
 
 
 def test_user_text_is_escaped(gpt2):
     folder, _ = gpt2
-    at = ok(run("pages/8_Generate.py", model=folder, text="<b id=pwn>bold</b> and <img src=x onerror=alert(1)>",
+    at = ok(open_page("pages/8_Generate.py", model=folder, text="<b id=pwn>bold</b> and <img src=x onerror=alert(1)>",
                 gen_new="3"))
     shown = " ".join(h.proto.body for h in at.get("html"))
     assert "<b id=pwn>" not in shown and "<img" not in shown and "&lt;" in shown
@@ -67,7 +68,7 @@ def test_stepping_with_the_slider_on_builtin_lm():
 
     prompt = "anna saw the red ball . then ben found the box . anna saw the"
     g = attnviz.load("builtin:lm").generate(prompt, Sampling(5))
-    at = ok(run("pages/8_Generate.py", model="builtin:lm", text=prompt, gen_new="5", layer="1", head="0"))
+    at = ok(open_page("pages/8_Generate.py", model="builtin:lm", text=prompt, gen_new="5", layer="1", head="0"))
     for step in range(1, g.n_new + 1):
         if step > 1:
             at.slider(key="gen_step").set_value(step)

@@ -8,7 +8,8 @@ import attnviz
 from attnviz.analysis.roles import repeated_tokens
 from attnviz.analysis.interventions import Knockout, LogitDiff, Pattern, patch_heads, run as run_edits
 from helpers import decode
-from test_analysis_pages import charts, ok, run, select
+from helpers import ok, open_page
+from test_analysis_pages import charts, select
 
 PAGE = "pages/11_Interventions.py"
 
@@ -30,7 +31,7 @@ def bars(at):
 
 
 def test_edits_from_the_link_change_the_charted_probabilities(lm, text):
-    at = ok(run(PAGE, model="builtin:lm", text=text, edits="ko:1.0,ko:1.1"))
+    at = ok(open_page(PAGE, model="builtin:lm", text=text, edits="ko:1.0,ko:1.1"))
     effect = run_edits(lm, text, [Knockout(1, 0), Knockout(1, 1)])
     before, after = bars(at)
     np.testing.assert_allclose(before, np.exp(effect.base.logprobs), atol=1e-6)
@@ -42,7 +43,7 @@ def test_edits_from_the_link_change_the_charted_probabilities(lm, text):
 
 
 def test_bad_edits_in_the_link_get_notes(text):
-    at = ok(run(PAGE, model="builtin:lm", text=text, edits="ko:9.0,pat:0.1:diagonal,zz,pat:0.1:previous"))
+    at = ok(open_page(PAGE, model="builtin:lm", text=text, edits="ko:9.0,pat:0.1:diagonal,zz,pat:0.1:previous"))
     notes = [w.value for w in at.warning]
     assert any("ko:9.0" in n and "layer 9 is out of range" in n for n in notes)
     assert any("pat:0.1:diagonal" in n and "Unknown pattern" in n for n in notes)
@@ -52,7 +53,7 @@ def test_bad_edits_in_the_link_get_notes(text):
 
 
 def test_widgets_add_an_edit(lm, text):
-    at = ok(run(PAGE, model="builtin:lm", text=text))
+    at = ok(open_page(PAGE, model="builtin:lm", text=text))
     before, after = bars(at)
     np.testing.assert_array_equal(before, after)  # no edits: one run in both
     at.selectbox(key="layer").set_value(0)
@@ -66,13 +67,13 @@ def test_widgets_add_an_edit(lm, text):
 
 
 def test_a_click_on_the_grid_picks_the_head(text):
-    at = ok(run(PAGE, model="builtin:lm", text=text))
+    at = ok(open_page(PAGE, model="builtin:lm", text=text))
     at = ok(select(at, "edit_grid", {"x": 1, "y": 1, "point_index": 3, "curve_number": 1}))
     assert at.session_state["layer"] == 1 and at.session_state["head"] == 1
 
 
 def test_a_click_on_a_heatmap_cell_picks_query_and_key(lm, text):
-    at = ok(run(PAGE, model="builtin:lm", text=text, layer="1", head="0"))
+    at = ok(open_page(PAGE, model="builtin:lm", text=text, layer="1", head="0"))
     T = len(text.split()) + 1  # [BOS] and the words
     points = charts(at)["edit_heatmap"]["data"][1]
     assert len(decode(points["x"])) == T * T  # one clickable point per cell
@@ -91,7 +92,7 @@ def test_patching_draws_the_librarys_map(lm, text):
     clean = " ".join(words[:30])  # 20 words, then the first 10 again: the next word is word 10
     wrong = next(w for w in lm.vocab.itos[5:] if w not in words and w.isalpha())
     corrupted = " ".join(words[:10] + [wrong] + words[11:30])
-    at = ok(run(PAGE, model="builtin:lm", text=clean, corrupted=corrupted))
+    at = ok(open_page(PAGE, model="builtin:lm", text=clean, corrupted=corrupted))
     good, bad = at.text_input(key="patch_good").value, at.text_input(key="patch_bad").value
     assert good == words[10] and bad == wrong  # the default tokens: each prompt's own top prediction
     at = ok(at.button(key="patch").click().run())
@@ -105,14 +106,14 @@ def test_patching_draws_the_librarys_map(lm, text):
 
 def test_patching_prompts_of_two_lengths_get_a_message(text):
     words = text.split()
-    at = ok(run(PAGE, model="builtin:lm", text=" ".join(words[:30]), corrupted=" ".join(words[:29])))
+    at = ok(open_page(PAGE, model="builtin:lm", text=" ".join(words[:30]), corrupted=" ".join(words[:29])))
     at = at.button(key="patch").click().run()
     assert not at.exception and any("same token count" in e.value for e in at.error)
 
 
 def test_a_classifier_shows_its_labels_before_and_after():
     text = "honestly , the movie was great"
-    at = ok(run(PAGE, model="builtin:classifier", text=text, edits="ko:0,ko:1"))
+    at = ok(open_page(PAGE, model="builtin:classifier", text=text, edits="ko:0,ko:1"))
     before, after = charts(at)["label_bars"]["data"]
     effect = run_edits(attnviz.load("builtin:classifier"), text, [Knockout(0), Knockout(1)])
     np.testing.assert_allclose(decode(before["y"]), effect.base.probs, atol=1e-6)
@@ -122,7 +123,7 @@ def test_a_classifier_shows_its_labels_before_and_after():
 
 def test_an_encoder_shows_each_layers_change():
     text = "The cat sat on the mat."
-    at = ok(run(PAGE, model="builtin:minilm", text=text, edits="pat:3.2:uniform"))
+    at = ok(open_page(PAGE, model="builtin:minilm", text=text, edits="pat:3.2:uniform"))
     heat = charts(at)["change_map"]["data"][0]
     effect = run_edits(attnviz.load("builtin:minilm"), text, [Pattern(3, 2, "uniform")])
     np.testing.assert_allclose(decode(heat["z"]), effect.change, rtol=1e-6)
@@ -131,7 +132,7 @@ def test_an_encoder_shows_each_layers_change():
 
 
 def test_an_encoder_decoder_is_refused_in_plain_words():
-    at = ok(run(PAGE, model="builtin:translator", text="the cat sat"))
+    at = ok(open_page(PAGE, model="builtin:translator", text="the cat sat"))
     assert any("encoder–decoder models are not supported" in i.value for i in at.info)
     assert not at.get("plotly_chart")
 
@@ -140,7 +141,7 @@ def test_hostile_edits_in_the_link_are_quoted_as_data(text):
     from test_escaping import assert_inert
 
     hostile = "<a href='http://x.example'>x</a>,**now**,![i](http://x.example/i.png)"
-    at = ok(run(PAGE, model="builtin:lm", text=text, edits=hostile))
+    at = ok(open_page(PAGE, model="builtin:lm", text=text, edits=hostile))
     notes = [w.value for w in at.warning]
     assert len(notes) == 3
     for body in notes:
@@ -149,6 +150,6 @@ def test_hostile_edits_in_the_link_are_quoted_as_data(text):
 
 def test_a_long_texts_heatmap_sends_no_point_per_cell(lm):
     text = lm.vocab.decode(repeated_tokens(lm.plain_ids(), 40, 0))  # 81 tokens with [BOS]
-    at = ok(run(PAGE, model="builtin:lm", text=text))
+    at = ok(open_page(PAGE, model="builtin:lm", text=text))
     assert len(charts(at)["edit_heatmap"]["data"]) == 1  # the heatmap alone
     assert any("Cells take clicks up to 64 tokens" in c.value for c in at.caption)

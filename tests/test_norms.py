@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from attnviz.backends import load
-from attnviz.capture.hooks import record
+from attnviz.capture.hooks import norm_hooks
 from attnviz.analysis.norms import layer_stats, norm_attention, norm_table
 from attnviz.core.trace import NORM_KEYS
 
@@ -224,7 +224,7 @@ def test_no_hook_remains_after_a_run_or_an_exception(hf, family):
     # transformers installs its own output-capturing hooks on the first forward (the load's probe trace);
     # ours must come and go without a trace.
     before = _hooks(net)
-    with record(net):
+    with norm_hooks(net):
         assert _ours(net) > 0
     assert _hooks(net) == before and _ours(net) == 0
 

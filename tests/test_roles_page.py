@@ -8,7 +8,8 @@ from streamlit.runtime.memory_media_file_storage import _calculate_file_id
 import attnviz
 from attnviz.analysis.roles import CAUSAL_NOTE, ROLES, probe_trace, role_scores, role_table, strongest
 from helpers import decode
-from test_analysis_pages import charts, ok, run, select
+from helpers import ok, open_page
+from test_analysis_pages import charts, select
 
 TEXT = "The cat sat on the mat. The cat sat on the mat again, and the dog watched."
 
@@ -29,7 +30,7 @@ def minilm():
 
 
 def test_grid_table_and_csv_on_the_text(minilm):
-    at = ok(run("pages/7_Roles.py", text=TEXT))
+    at = ok(open_page("pages/7_Roles.py", text=TEXT))
     scores = role_scores(minilm.trace(TEXT, max_tokens=512))
     best, names = strongest(scores)
     heat, points = grid(at)
@@ -54,7 +55,7 @@ def test_grid_table_and_csv_on_the_text(minilm):
 
 
 def test_probe_scores_and_a_click_opens_the_head(minilm):
-    at = ok(run("pages/7_Roles.py", text=TEXT, roles_on="the standard probe"))
+    at = ok(open_page("pages/7_Roles.py", text=TEXT, roles_on="the standard probe"))
     probe = role_scores(probe_trace(minilm))
     heat, _ = grid(at)
     np.testing.assert_array_equal(decode(heat["z"]), strongest(probe)[0])
@@ -65,7 +66,7 @@ def test_probe_scores_and_a_click_opens_the_head(minilm):
 
 def test_a_causal_model_gets_induction(tiny_model):
     folder = str(tiny_model("gpt2"))
-    at = ok(run("pages/7_Roles.py", model=folder, text=TEXT, roles_on="the standard probe"))
+    at = ok(open_page("pages/7_Roles.py", model=folder, text=TEXT, roles_on="the standard probe"))
     heat, points = grid(at)
     assert ROLES["induction"].label in legend(at)
     assert not any(CAUSAL_NOTE in c.value for c in at.caption)
