@@ -8,8 +8,7 @@ import pytest
 from attnviz.backends.hf import load_hf
 from attnviz.backends.generation import Sampling
 from attnviz.core.tokens import clean, labels
-from helpers import decode
-from helpers import ok, open_page
+from helpers import decode, ok, open_page
 from test_analysis_pages import charts
 
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick"

@@ -7,8 +7,7 @@ import pytest
 import attnviz
 from attnviz.analysis.roles import repeated_tokens
 from attnviz.analysis.interventions import Knockout, LogitDiff, Pattern, patch_heads, run as run_edits
-from helpers import decode
-from helpers import ok, open_page
+from helpers import decode, ok, open_page
 from test_analysis_pages import charts, select
 
 PAGE = "pages/11_Interventions.py"

@@ -7,8 +7,7 @@ from streamlit.runtime.memory_media_file_storage import _calculate_file_id
 
 import attnviz
 from attnviz.analysis.roles import CAUSAL_NOTE, ROLES, probe_trace, role_scores, role_table, strongest
-from helpers import decode
-from helpers import ok, open_page
+from helpers import decode, ok, open_page
 from test_analysis_pages import charts, select
 
 TEXT = "The cat sat on the mat. The cat sat on the mat again, and the dog watched."
