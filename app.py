@@ -20,7 +20,7 @@ from attnviz.ui.display import display_options  # noqa: E402
 from attnviz.ui.frame import frame, layer_head  # noqa: E402
 from attnviz.ui.readable import model_output  # noqa: E402
 from attnviz.ui.share import chart_config, downloads  # noqa: E402
-from attnviz.figures.view import head_weights, stack_view, stacks  # noqa: E402
+from attnviz.figures.view import head_view  # noqa: E402
 
 PAGES = sorted(Path(__file__).parent.glob("pages/[0-9]*_*.py"), key=lambda p: int(p.name.split("_")[0]))  # 2 before 10
 
@@ -35,10 +35,10 @@ def home() -> None:
         "The pages on the left go deeper: every head at a glance, positional encodings, norms, "
         "head analyses, and training the seed's models."
     )
-    name, (attn, q, k, causal) = next(iter(stacks(f.trace).items()))  # self-attention, or the encoder's
-    view = stack_view(name, attn, q, k, causal, options._replace(log_scale=False))
-    layer, head = layer_head(*view.attn.shape[:2])
-    fig = attention_heatmap(head_weights(view, layer, head), view.q_labels, view.k_labels,
+    stack = f.trace.stack()  # self-attention, or the encoder's
+    layer, head = layer_head(*stack.weights.shape[:2])
+    view = head_view(stack, layer, head, options._replace(log_scale=False))  # this head only, read on demand
+    fig = attention_heatmap(view.attn[0, 0], view.q_labels, view.k_labels,
                             f"layer {layer}, head {head}", masked=view.masked, log_scale=options.log_scale,
                             full_range=full_range, key_below=True)
     model_output(f.model, f.text)

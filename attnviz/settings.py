@@ -88,6 +88,15 @@ def max_long_tokens() -> int:
     return _number("ATTNVIZ_MAX_LONG_TOKENS", LONG_MAX_TOKENS, whole=True)
 
 
+PAGE_TOKENS = 512  # what a page that draws every position cell by cell (not the Attention page) reads of a text
+
+
+def page_tokens() -> int:
+    """ATTNVIZ_PAGE_TOKENS: how many of a text's first tokens the pages other than Attention trace and draw; they
+    show every position cell by cell, where the Attention page pools a long text and zooms in."""
+    return _number("ATTNVIZ_PAGE_TOKENS", PAGE_TOKENS, whole=True)
+
+
 def max_dense_mb() -> float:
     """ATTNVIZ_MAX_DENSE_MB: the most memory ``trace.attentions`` may take for every head at once."""
     return _number("ATTNVIZ_MAX_DENSE_MB", 1024)

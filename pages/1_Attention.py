@@ -20,7 +20,7 @@ AXES = {
 }
 DIRECTIONS = {"attends to": "to", "attended by": "from"}  # label (also the link's value) -> row or column
 
-f = frame("Attention")
+f = frame("Attention", whole=True)
 options, full_range = display_options()
 log_scale = options.log_scale
 

@@ -67,7 +67,7 @@ widest = max(1, trace.n_tokens - 1)
 window = c1.slider("Largest offset shown", 1, widest, min(20, widest), key="pos_window") if widest > 1 else 1
 skip = c2.checkbox("Leave out special tokens", value=True, key="pos_skip_special", bind="query-params")
 keep = ~trace.special if skip and (~trace.special).any() else None
-offsets, means = attention_by_offset(trace.attentions, keep, causal)
+offsets, means = attention_by_offset(trace.weights, keep, causal)
 shown = abs(offsets) <= window
 view = st.radio("View", ["every head", "one curve per layer"], horizontal=True, key="pos_view", bind="query-params")
 if view == "every head":

@@ -52,7 +52,7 @@ if "value_norms" not in trace.norms:
 else:
     layer, head = layer_head(trace.n_layers, trace.n_heads)
     normalize = st.toggle("Normalise each row to sum 1", key="norm_rows", bind="query-params")
-    raw = trace.attentions[layer, head]
+    raw = trace.head(layer, head)
     weighted = norm_attention(raw, trace.norms["value_norms"][layer, head], normalize)
     c1, c2 = st.columns(2)
     c1.plotly_chart(attention_heatmap(raw, names, names, f"α · layer {layer}, head {head}"), key="norm_raw")

@@ -56,7 +56,7 @@ st.caption(f"{ROLLOUT}." if method == "rollout" else f"Attention flow: {FLOW}. C
 if method == "rollout":
     st.latex(ROLLOUT_LATEX)
 if method == "rollout":
-    relevance = kept("rollout", trace, None, lambda: rollout(trace.attentions))[:, target]  # (L, T)
+    relevance = kept("rollout", trace, None, lambda: rollout(trace.weights))[:, target]  # (L, T)
 elif T > FLOW_MAX_TOKENS:
     relevance = None
     st.warning(f"Attention flow runs one max-flow per token and layer, so it is limited to {FLOW_MAX_TOKENS} "
@@ -69,7 +69,7 @@ elif L * T > max_flows():
 else:
     def flow():
         with slot("Attention flow"), st.spinner(f"Computing {L * T} max-flows…"):
-            return attention_flow(trace.attentions, target)
+            return attention_flow(trace.weights, target)
 
     relevance = kept("flow", trace, target, flow)
 if relevance is not None:

@@ -69,13 +69,13 @@ def show_probe(model, text: str, chart_key: str) -> None:
         return
     if trace.kind == "encoder-decoder":
         st.markdown(f"Greedy translation: {code(model.translate(text))}")
-        attn, rows, cols = trace.cross_attentions[-1].mean(0), trace.decoder.tokens, trace.encoder.tokens
+        attn, rows, cols = trace.head(trace.decoder.n_layers - 1, None, "cross"), trace.decoder.tokens, trace.encoder.tokens
         title = "Cross-attention, last layer, mean of heads: row i is the query that writes the next token."
     else:
         probs = model.predict(text)
         st.dataframe({"label": list(probs), "probability": list(probs.values())}, hide_index=True,
                      column_config={"probability": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0)})
-        attn, rows, cols = trace.attentions[-1].mean(0), trace.tokens, trace.tokens
+        attn, rows, cols = trace.head(trace.n_layers - 1, None), trace.tokens, trace.tokens
         title = "Self-attention, last layer, mean of heads."
     st.caption(title)
     st.plotly_chart(attention_heatmap(attn, labels(rows), labels(cols)), key=chart_key)

@@ -6,6 +6,7 @@ import logging
 import numpy as np
 import streamlit as st
 
+from attnviz import settings
 from attnviz.analysis import CAVEAT, difference
 from attnviz.backends.common import check_text
 from attnviz.figures.analysis import difference_map
@@ -33,7 +34,7 @@ text_b = c2.text_area("Text B", key="text_b", bind="query-params", height=100, m
 key_b, text_b = model_b or f.key, text_b if text_b.strip() else f.text
 try:
     offered(key_b)
-    trace_b = get_trace(key_b, check_text(text_b))
+    trace_b = get_trace(key_b, check_text(text_b), tokens=settings.page_tokens())  # A's cap: cell by cell too
 except ValueError as e:
     st.error(plain(f"B: {e}"))
     st.stop()
@@ -41,6 +42,9 @@ except Exception as e:  # a fault in a model or library: say so plainly, keep th
     log.exception("trace failed for %s", key_b)
     st.error(plain(share.fault(key_b, e)))
     st.stop()
+if trace_b.truncated:
+    st.caption(f"B, like A, reads its first {trace_b.stack().queries.n_tokens:,} tokens and leaves "
+               f"{trace_b.truncated:,} out (ATTNVIZ_PAGE_TOKENS raises it).")
 if (key_b, text_b) == (f.key, f.text):
     st.info("B is the same as A: enter another text or choose another model for B.")
 
@@ -59,7 +63,7 @@ where = f"layer {layer}, " + (f"head {head}" if head is not None else "mean of h
 
 
 def weights(t) -> np.ndarray:
-    return t.attentions[layer].mean(0) if head is None else t.attentions[layer, head]  # (T, T)
+    return t.head(layer, head)  # (T, T): one head, or the layer's mean
 
 
 def heatmap(name: str, t):

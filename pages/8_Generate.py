@@ -11,7 +11,7 @@ from attnviz.backends.generation import MAX_NEW_TOKENS, Sampling
 from attnviz.core.tokens import clean, labels
 from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame, layer_head, plain
-from attnviz.ui.jobs import slot
+from attnviz.ui.jobs import checkpoint, slot
 from attnviz.ui.share import check_link_value, linked_number
 
 f = frame("Generate")
@@ -35,8 +35,16 @@ sampling = Sampling(int(n_new), float(temperature), int(top_k), int(seed))
 
 
 def generate():
-    with slot("This generation"), st.spinner("Generating…"):
-        return f.model.generate(f.text, sampling)
+    with slot("This generation"):
+        bar = st.progress(0.0, "Generating…")
+
+        def step(done: int, most: int):
+            checkpoint()  # a closed tab or a new run stops here, between two tokens
+            bar.progress(done / most, f"Generating… token {done:,} of at most {most:,}")
+
+        g = f.model.generate(f.text, sampling, on_step=step)
+        bar.empty()
+        return g
 
 
 try:  # kept by the views all sessions share, under the model: a session keeps no trace of its own

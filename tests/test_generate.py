@@ -83,3 +83,30 @@ def test_greedy_follows_the_top_token_and_bad_settings_are_plain_errors(tiny_bac
         tiny_backend("gpt2").generate("   ")
     with pytest.raises(ValueError, match="positions"):
         tiny_backend("gpt2").generate("word " * 500)
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("model", ["gpt2", "builtin:lm"])
+def test_on_step_counts_every_new_token_and_can_stop_the_generation(tiny_backend, model):
+    """The Generate page's progress bar and its stop between two tokens (a closed tab) ride on ``on_step``."""
+    import attnviz
+
+    backend = attnviz.load(model) if model.startswith("builtin:") else tiny_backend(model)
+    prompt = "anna saw the red ball . then ben found the" if model == "builtin:lm" else PROMPT
+    s = Sampling(12, temperature=1.3, top_k=20, seed=7)
+    steps = []
+    g = backend.generate(prompt, s, on_step=lambda done, most: steps.append((done, most)))
+    assert steps == [(k, 12) for k in range(1, g.n_new + 1)] and g.n_new > 0
+    again = backend.generate(prompt, s)  # the callback changes nothing the model does
+    assert again.trace.tokens == g.trace.tokens
+
+    def stop_at_3(done, most):
+        if done == 3:
+            raise Stop
+
+    with pytest.raises(Stop):
+        backend.generate(prompt, s, on_step=stop_at_3)
+    assert backend.generate(prompt, s).trace.tokens == g.trace.tokens  # the lock was let go, the model unchanged

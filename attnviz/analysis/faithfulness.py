@@ -91,7 +91,7 @@ def _read(trace, layer: int, head: int | None, position: int | None) -> np.ndarr
 def _attention(trace, position: int | None) -> dict:
     L, H = trace.n_layers, trace.n_heads
     rows = np.stack([_read(trace, layer, None, position) for layer in range(L)])  # (L, T)
-    r = rollout(trace.attentions)[-1]  # (T, T)
+    r = rollout(trace.weights)[-1]  # (T, T)
     out = {"attention": rows.mean(0), "attention (last layer)": rows[-1],
            "rollout": r.mean(0) if position is None else r[position]}
     if "value_norms" in trace.norms:

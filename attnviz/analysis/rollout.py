@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.weights import Weights
+
 ROLLOUT = "R_l = Ã_l R_{l−1}, Ã_l = 0.5·Ā_l + 0.5·I (head mean plus the residual, rows renormalised) — Abnar & Zuidema 2020"
 FLOW = (
     "the max-flow from each input token to the chosen position through layers 1…l, each edge's capacity "
@@ -18,13 +20,25 @@ ROLLOUT_MAX_TOKENS = 2048  # L matrix products of T × T: O(L·T³) time and (L,
 _SCALE = 1 << 24  # scipy's max-flow needs integer capacities: weights in steps of 2⁻²⁴ (6e-8)
 
 
-def residual_attention(attn: np.ndarray, residual: float = 0.5) -> np.ndarray:
-    """Ã_l = (1 − r)·Ā_l + r·I with rows renormalised: (L, H, T, T) -> (L, T, T) float64."""
-    attn = np.asarray(attn)
-    if attn.ndim != 4 or attn.shape[2] != attn.shape[3]:
-        raise ValueError(f"attention must be (layers, heads, T, T), got shape {attn.shape}")
-    T = attn.shape[-1]
-    a = (1 - residual) * attn.mean(1, dtype=np.float64) + residual * np.eye(T)  # (L, T, T)
+def layer_means(attn) -> np.ndarray:
+    """Ā: each layer's mean over its heads, (L, T, T) float64, from an (L, H, T, T) array or a trace's Weights
+    (read one head at a time, so no (L, H, T, T) array is made)."""
+    if not isinstance(attn, Weights):
+        return np.asarray(attn).mean(1, dtype=np.float64)
+    L, H, Tq, Tk = attn.shape
+    out = np.zeros((L, Tq, Tk))
+    for layer in range(L):
+        for head in range(H):
+            out[layer] += attn.head(layer, head)
+    return out / H
+
+
+def residual_attention(attn, residual: float = 0.5) -> np.ndarray:
+    """Ã_l = (1 − r)·Ā_l + r·I with rows renormalised: (L, H, T, T) array or Weights -> (L, T, T) float64."""
+    shape = attn.shape if hasattr(attn, "shape") else np.shape(attn)
+    if len(shape) != 4 or shape[2] != shape[3]:
+        raise ValueError(f"attention must be (layers, heads, T, T), got shape {tuple(shape)}")
+    a = (1 - residual) * layer_means(attn) + residual * np.eye(shape[-1])  # (L, T, T)
     return a / a.sum(-1, keepdims=True)
 
 

@@ -397,6 +397,22 @@ def _dense(attentions, model_type: str, n_layers: int, T: tuple[int, int]) -> De
     return DenseWeights(stacked(got))
 
 
+class _Steps:
+    """A streamer for transformers' ``generate``: ``on_step(done, most)`` for each new token (its first ``put`` is
+    the prompt)."""
+
+    def __init__(self, on_step, most: int):
+        self.on_step, self.most, self.done = on_step, most, -1
+
+    def put(self, value) -> None:
+        self.done += 1
+        if self.done:
+            self.on_step(self.done, self.most)
+
+    def end(self) -> None:
+        pass
+
+
 class HFModel(TorchBackend):
     """A pretrained Hugging Face model; ``trace`` runs it on one text (and a target for encoder–decoders)."""
 
@@ -602,9 +618,10 @@ class HFModel(TorchBackend):
             out, rec = self._forward(0, input_ids=ids)
             return self._ids_trace(ids, out, rec), out.logits[0].float().cpu()
 
-    def generate(self, prompt: str, sampling: Sampling | None = None) -> Generation:
+    def generate(self, prompt: str, sampling: Sampling | None = None, on_step=None) -> Generation:
         """Continue ``prompt`` with the model's own ``generate`` (KV cache), then trace prompt + continuation in
-        one forward, whose logits give each step's top-5 next tokens."""
+        one forward, whose logits give each step's top-5 next tokens. ``on_step(done, most)`` after each new
+        token; an exception it raises stops the generation there."""
         if self.kind != "decoder":
             raise ValueError(f"Generation needs a causal language model; {self.key} is an {self.kind}.")
         s = sampling or Sampling()
@@ -618,11 +635,13 @@ class HFModel(TorchBackend):
             eos = self.tokenizer.eos_token_id
             options = dict(do_sample=False) if s.greedy else dict(do_sample=True, temperature=s.temperature,
                                                                  top_k=s.top_k or None, top_p=None)
+            most = min(s.max_new_tokens, room)
             with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
                 torch.manual_seed(s.seed)
-                full = self.net.generate(inputs, attention_mask=torch.ones_like(inputs),
-                                         max_new_tokens=min(s.max_new_tokens, room), num_beams=1,
-                                         pad_token_id=eos if eos is not None else 0, **options)[0].tolist()
+                full = self.net.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=most,
+                                         num_beams=1, pad_token_id=eos if eos is not None else 0,
+                                         streamer=None if on_step is None else _Steps(on_step, most),
+                                         **options)[0].tolist()
             out, rec = self._forward(len(ids) - 1, input_ids=full)
             logits = out.logits[0, -(len(full) - len(ids) + 1):-1]  # (new, V): the rows predicting each new token
             top_ids, top_probs = top_next(logits.float().cpu())

@@ -111,9 +111,10 @@ class TrainedLM(TorchBackend):
             raise ValueError(f"{len(ids)} tokens: this model takes 2 to {self.max_tokens:,}.")
         return self._run(self._encoded(ids), self.vocab.decode(ids))
 
-    def generate(self, prompt: str, sampling: Sampling | None = None) -> Generation:
+    def generate(self, prompt: str, sampling: Sampling | None = None, on_step=None) -> Generation:
         """Continue ``prompt`` token by token (the whole prefix again each step: the model is tiny and its
-        context short), then trace prompt + continuation in one forward."""
+        context short), then trace prompt + continuation in one forward. ``on_step(done, most)`` after each new
+        token; an exception it raises stops the generation there."""
         s = sampling or Sampling()
         ids, _ = self._ids(prompt, self.max_tokens)
         prompt_len = len(ids)
@@ -122,9 +123,12 @@ class TrainedLM(TorchBackend):
         generator = torch.Generator().manual_seed(s.seed)
         eos = self.vocab.stoi[EOS]
         with self.lock, torch.inference_mode():
-            for _ in range(min(s.max_new_tokens, self.max_tokens - prompt_len)):
+            most = min(s.max_new_tokens, self.max_tokens - prompt_len)
+            for step in range(most):
                 logits, _ = self.net(torch.tensor([ids]))  # (1, T, V)
                 ids.append(pick(logits[0, -1], s, generator))
+                if on_step is not None:
+                    on_step(step + 1, most)
                 if ids[-1] == eos:
                     break
         trace, logits = self._run(self._encoded(ids), self.vocab.decode(ids))

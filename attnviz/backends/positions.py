@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..core.weights import Weights
 from ..nn import SinusoidalPositions, TransformerConfig, sinusoidal_encoding
 
 KINDS = ("learned", "sinusoidal", "rotary", "relative", "none")
@@ -56,21 +57,24 @@ def similarity(table: np.ndarray, metric: str = "dot") -> np.ndarray:
     return (t @ t.T).astype(np.float32)
 
 
-def attention_by_offset(attentions: np.ndarray, keep=None, causal: bool = False):
+def attention_by_offset(attentions, keep=None, causal: bool = False):
     """Mean attention weight at each offset key − query, per layer and head.
 
-    ``attentions`` (L, H, T, T); ``keep`` (T,) bool limits the mean to query–key pairs of kept tokens
-    (e.g. not special). Returns (offsets (K,), means (L, H, K)); NaN where no pair is kept; ``causal``
-    keeps offsets ≤ 0 only, the only ones a decoder can attend to.
+    ``attentions`` (L, H, T, T): an array, or a trace's ``Weights`` (read one head at a time); ``keep`` (T,) bool
+    limits the mean to query–key pairs of kept tokens (e.g. not special). Returns (offsets (K,), means (L, H, K));
+    NaN where no pair is kept; ``causal`` keeps offsets ≤ 0 only, the only ones a decoder can attend to.
     """
-    a = np.asarray(attentions, np.float64)
-    L, H, T, _ = a.shape
+    if isinstance(attentions, Weights):
+        head, (L, H, T, _) = attentions.head, attentions.shape
+    else:  # an array as it is (float64 stays float64)
+        a = np.asarray(attentions)
+        head, (L, H, T, _) = (lambda l, h: a[l, h]), a.shape
     q, k = np.indices((T, T))
     bins = (k - q).ravel() + T - 1  # 0 … 2T−2
     pairs = np.ones(T * T) if keep is None else (np.outer(keep, keep)).ravel().astype(np.float64)
     counts = np.bincount(bins, weights=pairs, minlength=2 * T - 1)  # (K,)
-    flat = a.reshape(L * H, T * T)
-    sums = np.stack([np.bincount(bins, weights=row * pairs, minlength=2 * T - 1) for row in flat])  # (L·H, K)
+    sums = np.stack([np.bincount(bins, weights=np.asarray(head(l, h), np.float64).ravel() * pairs,
+                                 minlength=2 * T - 1) for l in range(L) for h in range(H)])  # (L·H, K)
     with np.errstate(invalid="ignore", divide="ignore"):
         means = np.where(counts > 0, sums / counts, np.nan).reshape(L, H, -1)  # (L, H, K)
     offsets = np.arange(-(T - 1), T)

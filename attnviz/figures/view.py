@@ -56,6 +56,13 @@ def stacks(trace) -> dict:
             for name, s in trace_stacks(trace).items()}
 
 
+def head_view(stack, layer: int, head: int | None, options: Options) -> StackView:
+    """The view of one head of a trace's ``Stack`` (the layer's mean when ``head`` is None), read on demand: its
+    ``attn`` is (1, 1, Tq', Tk'), whatever the length of the text and the number of heads."""
+    attn = stack.weights.head(layer, head)[None, None]  # (1, 1, Tq, Tk)
+    return stack_view(stack.name, attn, side(stack.queries), side(stack.keys), stack.causal, options)
+
+
 def stack_view(name: str, attn, q: Side, k: Side, causal: bool, options: Options) -> StackView:
     """Apply ``options`` to ``attn`` (L, H, Tq, Tk) whose rows are ``q`` and columns ``k``."""
     attn = np.asarray(attn, np.float32)

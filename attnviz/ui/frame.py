@@ -172,9 +172,10 @@ def offered(key: str):
         raise ValueError(share.open_failed(key, e)) from None
 
 
-def get_trace(key: str, text: str, target: str | None = None):
-    """The trace of ``text`` under model ``key``, cached; session models are cached per session."""
-    cap = max_tokens()
+def get_trace(key: str, text: str, target: str | None = None, tokens: int | None = None):
+    """The trace of ``text`` under model ``key`` (its first ``tokens`` tokens at most), cached; session models are
+    cached per session."""
+    cap = max_tokens() if tokens is None else min(tokens, max_tokens())
     if key in session_models():
         cache = st.session_state.setdefault("session_traces", {})
         if (key, text, target, cap) not in cache:
@@ -284,8 +285,11 @@ def use_app_navigation() -> None:
             st.rerun()
 
 
-def frame(title: str, tracer=None, text_from=None) -> Frame:
+def frame(title: str, tracer=None, text_from=None, whole: bool = False) -> Frame:
     """Render the shared frame and return the model and trace; stops the page with a message on bad input.
+
+    A page draws the first ATTNVIZ_PAGE_TOKENS tokens of a text, cell by cell; ``whole``: every token the app takes
+    (the Attention page, which pools a long text).
 
     ``tracer(key, text) -> trace`` replaces ``get_trace`` (the Long text page's own cap and survey) and shows its
     own progress;
@@ -310,7 +314,7 @@ def frame(title: str, tracer=None, text_from=None) -> Frame:
         if tracer is None:
             with st.spinner(f"Loading {key} and computing attention…"):
                 model = offered(key)
-                trace = get_trace(key, text)
+                trace = get_trace(key, text, tokens=None if whole else settings.page_tokens())
         else:  # the tracer shows its own progress: a spinner spinning beside it takes a browser on the server's
             with st.spinner(f"Loading {key}…"):  # machine CPU the model needs (0.1–0.7 s a 4,096-token forward)
                 model = offered(key)
@@ -322,17 +326,21 @@ def frame(title: str, tracer=None, text_from=None) -> Frame:
         log.exception("trace failed for %s", key)
         st.error(plain(share.fault(key, e)))
         st.stop()
-    status(trace)
+    status(trace, None if whole or tracer is not None else settings.page_tokens())
     unknown_note(trace, key)
     return Frame(key, model, text, trace)
 
 
-def status(trace) -> None:
-    """One line: model, kind, token count and what was truncated."""
+def status(trace, page_cap: int | None = None) -> None:
+    """One line: model, kind, token count and what was truncated (by the model's positions or this page's cap)."""
     stacks = [trace] if trace.kind != "encoder-decoder" else [trace.encoder, trace.decoder]
     counts = " → ".join(str(s.n_tokens) for s in stacks)
     line = f"**{plain(trace.model)}** · {trace.kind} · {counts} tokens"
-    if trace.truncated:
+    if trace.truncated and page_cap is not None and stacks[0].n_tokens == min(page_cap, max_tokens()) < max_tokens():
+        line += (f" · ⚠️ this page reads the first {stacks[0].n_tokens:,} tokens and leaves {trace.truncated:,} out: "
+                 "it draws every position cell by cell (ATTNVIZ_PAGE_TOKENS raises it); the Attention page "
+                 "explores the whole text")
+    elif trace.truncated:
         line += f" · ⚠️ {trace.truncated} tokens cut to fit the model's {stacks[0].n_tokens} positions"
     if trace.capture == "eager":
         line += " · eager attention: attnviz cannot capture this model's attention, so it holds every weight"

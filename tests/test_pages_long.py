@@ -1,0 +1,83 @@
+"""Every page but Attention with a long document (real Streamlit, AppTest): no page asks for every weight at once.
+
+``ATTNVIZ_MAX_DENSE_MB=1`` makes any dense (L, H, T, T) read fail, so a page that still asks for one fails here.
+The pages draw every position cell by cell, so they read the text's first ATTNVIZ_PAGE_TOKENS tokens and say so in
+the status line; the figures hold that trace's own weights, and each page's payload stays under 2 MB.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+import attnviz
+from attnviz.backends.footprint import n_tokens
+from attnviz.settings import PAGE_TOKENS
+from helpers import chart_specs, decode, ok, open_page
+from test_load import WORDS
+
+PAGES = ["app.py", "pages/2_Positional.py", "pages/3_Norms.py", "pages/4_Analysis.py", "pages/6_Compare.py",
+         "pages/7_Roles.py", "pages/8_Generate.py", "pages/11_Interventions.py", "pages/12_Faithfulness.py"]
+LENGTHS = {"~3,000": 2600, "~9,000": 7800}  # words of random WORDS: about 3,000 and 9,000 tokens of builtin:seed
+PAYLOAD = 2 * 2**20
+
+
+def document(words: int) -> str:
+    rng = random.Random(words)
+    return " ".join(rng.choice(WORDS) for _ in range(words)) + "."
+
+
+@pytest.fixture(scope="module")
+def long_llama(tmp_path_factory):
+    """A tiny Llama whose rotary positions go to 16,384: a long-context Hugging Face decoder."""
+    from tiny_models import build
+
+    folder = build("llama", tmp_path_factory.mktemp("long-llama"))
+    config = json.loads((folder / "config.json").read_text())
+    config["max_position_embeddings"] = 16_384
+    (folder / "config.json").write_text(json.dumps(config))
+    return f"hf:{folder}"
+
+
+@pytest.fixture
+def long_app(monkeypatch):
+    monkeypatch.setenv("ATTNVIZ_MAX_TOKENS", "16384")
+    monkeypatch.setenv("ATTNVIZ_MAX_CHARS", "200000")
+    monkeypatch.setenv("ATTNVIZ_MAX_DENSE_MB", "1")
+
+
+def payload(at) -> int:
+    return sum(len(c.proto.spec) for c in at.get("plotly_chart")) + sum(len(h.proto.body) for h in at.get("html"))
+
+
+def heat(at, key: str) -> np.ndarray:
+    (spec,) = [s for c, s in zip(at.get("plotly_chart"), chart_specs(at)) if c.proto.id.endswith(key)]
+    return decode(spec["data"][0]["z"]).astype(np.float64)
+
+
+@pytest.mark.parametrize("length", list(LENGTHS))
+@pytest.mark.parametrize("model", ["builtin:seed", "long llama"])
+def test_every_page_reads_its_share_of_a_long_document_without_a_dense_read(model, length, long_llama, long_app):
+    key = long_llama if model == "long llama" else model
+    text = document(LENGTHS[length])
+    backend = attnviz.load(key)
+    total = n_tokens(backend, text, 16_384)
+    assert total > 2_000 if length == "~3,000" else total > 6_000
+    ref = backend.trace(text, max_tokens=PAGE_TOKENS)  # what every page but Attention reads: the first tokens
+    assert ref.n_tokens == PAGE_TOKENS
+    for page in PAGES:
+        at = ok(open_page(page, timeout=300, model=key, text=text))
+        (line,) = [c.value for c in at.caption if c.value.startswith(f"**{key}**")]
+        assert f"{PAGE_TOKENS} tokens" in line, (page, line)
+        assert f"reads the first {PAGE_TOKENS:,} tokens and leaves {total - PAGE_TOKENS:,} out" in line, (page, line)
+        assert "ATTNVIZ_PAGE_TOKENS" in line
+        assert payload(at) <= PAYLOAD, (page, payload(at))
+        if page == "app.py":  # layer 0, head 0 by default
+            np.testing.assert_allclose(heat(at, "home_heatmap"), ref.head(0, 0), atol=1e-6)
+        elif page == "pages/3_Norms.py":
+            np.testing.assert_allclose(heat(at, "norm_raw"), ref.head(0, 0), atol=1e-6)
+        elif page == "pages/6_Compare.py":  # A is this text; head 0 of layer 0 by default
+            np.testing.assert_allclose(heat(at, "compare_a"), ref.head(0, 0), atol=1e-6)
