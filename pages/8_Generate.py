@@ -21,6 +21,11 @@ if not f.model.can("generate"):
     st.info(plain(f"{f.key} is not a causal language model. Pick builtin:lm, or a Hugging Face causal LM "
                   "(hf:gpt2 or a local folder), in the sidebar: the text box holds the prompt."))
     st.stop()
+if f.trace.truncated and f.trace.n_tokens < f.model.limit():  # cut by this page, not by the model's positions
+    st.info(f"This page draws the prompt and its continuation cell by cell, so it takes prompts of at most "
+            f"{f.trace.n_tokens:,} tokens (ATTNVIZ_PAGE_TOKENS raises it); this one has "
+            f"{f.trace.n_tokens + f.trace.truncated:,}. Paste the end of the text you want continued.")
+    st.stop()
 st.markdown("The text in the sidebar is the prompt. The model continues it; then one forward pass over prompt + "
             "continuation gives the attention shown, exactly what tracing the whole text would give.")
 
