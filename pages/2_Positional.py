@@ -5,6 +5,7 @@ import streamlit as st
 
 from attnviz.figures import positional as figs
 from attnviz.backends.positions import attention_by_offset, similarity, sinusoidal
+from attnviz.ui.display import token_window
 from attnviz.ui.frame import frame
 
 f = frame("Positional encodings")
@@ -32,7 +33,9 @@ st.markdown(f"**{info.kind}** — {info.note}")
 if f.trace.kind == "encoder-decoder" and info.kind != "none":
     st.caption("For an encoder–decoder this is the encoder's position information.")
 if info.table is not None and info.kind in ("learned", "sinusoidal"):
-    st.plotly_chart(figs.encoding_heatmap(info.table, "the model's position table"), key="model_table")
+    rows = token_window(len(info.table), "model_from", "positions")  # the table and the similarity map
+    st.plotly_chart(figs.encoding_heatmap(info.table, "the model's position table", rows),
+                    key="model_table")
     st.caption("Colours run to the 99th percentile of |value|: a few large entries would otherwise turn the "
                "rest grey.")
     st.plotly_chart(figs.components_plot(info.table, "the positions' first principal components"),
@@ -44,7 +47,7 @@ if info.table is not None and info.kind in ("learned", "sinusoidal"):
     )
     sim = similarity(info.table, model_metric)
     title = f"{model_metric} between the model's positions"
-    st.plotly_chart(figs.similarity_heatmap(sim, model_metric, title), key="model_sim")
+    st.plotly_chart(figs.similarity_heatmap(sim, model_metric, title, rows), key="model_sim")
 if info.kind == "relative":
     fig = figs.relative_bias_heatmap(info.table, info.offsets, "bias added to the score, per head")
     st.plotly_chart(fig, key="model_bias")

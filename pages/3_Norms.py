@@ -8,6 +8,7 @@ from attnviz.figures.attention import attention_heatmap
 from attnviz.figures.norms import layer_profile, stat_heatmap, weight_heatmap
 from attnviz.analysis.norms import NAMES, STATS, layer_stats, norm_attention, norm_table
 from attnviz.core.tokens import labels
+from attnviz.ui.display import token_window
 from attnviz.ui.frame import frame, layer_head
 
 f = frame("Norms")
@@ -53,11 +54,14 @@ else:
     layer, head = layer_head(trace.n_layers, trace.n_heads)
     normalize = st.toggle("Normalise each row to sum 1", key="norm_rows", bind="query-params")
     raw = trace.head(layer, head)
-    weighted = norm_attention(raw, trace.norms["value_norms"][layer, head], normalize)
+    weighted = norm_attention(raw, trace.norms["value_norms"][layer, head], normalize)  # rows normalised whole
+    w = token_window(trace.n_tokens, "norm_from")
+    shown = names[w]
     c1, c2 = st.columns(2)
-    c1.plotly_chart(attention_heatmap(raw, names, names, f"α · layer {layer}, head {head}"), key="norm_raw")
+    c1.plotly_chart(attention_heatmap(raw[w, w], shown, shown, f"α · layer {layer}, head {head}"), key="norm_raw")
     title = f"‖α f(x)‖ · layer {layer}, head {head}"
-    c2.plotly_chart(weight_heatmap(weighted, names, names, title, 1.0 if normalize else None), key="norm_weighted")
+    c2.plotly_chart(weight_heatmap(weighted[w, w], shown, shown, title, 1.0 if normalize else None),
+                    key="norm_weighted")
     st.caption("How to read them: rows are queries, columns keys. Left, how much each query looks at each key; "
                "right, how much it actually takes from it. A key bright on the left but pale on the right (often "
                "[CLS], [SEP] or punctuation) is looked at but moves little.")

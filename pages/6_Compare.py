@@ -15,6 +15,7 @@ from attnviz.figures.attention import attention_heatmap
 from attnviz.core.tokens import labels
 from attnviz.ui import share
 from attnviz.ui.share import plain
+from attnviz.ui.display import token_window
 from attnviz.ui.frame import frame, get_trace, layer_head, model_options, offered
 
 log = logging.getLogger("attnviz")
@@ -66,15 +67,17 @@ def weights(t) -> np.ndarray:
     return t.head(layer, head)  # (T, T): one head, or the layer's mean
 
 
-def heatmap(name: str, t):
-    names = labels(t.tokens)
-    masked = np.triu(np.ones((t.n_tokens, t.n_tokens), bool), 1) if t.kind == "decoder" else None
-    return attention_heatmap(weights(t), names, names, f"{name}: {html.escape(t.model, quote=False)}, {where}", masked=masked)
+def heatmap(name: str, t, w: slice):
+    names = labels(t.tokens)[w]
+    masked = np.triu(np.ones((t.n_tokens, t.n_tokens), bool), 1)[w, w] if t.kind == "decoder" else None
+    return attention_heatmap(weights(t)[w, w], names, names, f"{name}: {html.escape(t.model, quote=False)}, {where}",
+                             masked=masked)
 
 
+window = token_window(max(a.n_tokens, b.n_tokens), "compare_from")
 left, right = st.columns(2)
-left.plotly_chart(heatmap("A", a), key="compare_a")
-right.plotly_chart(heatmap("B", b), key="compare_b")
+left.plotly_chart(heatmap("A", a, window), key="compare_a")
+right.plotly_chart(heatmap("B", b, window), key="compare_b")
 
 st.header("A − B")
 d = difference(weights(a), weights(b), a.tokens, b.tokens)
@@ -87,4 +90,5 @@ else:
                    "sequence's own, read at those positions, so rows need not sum to 1.")
     names_a = labels(a.tokens)
     matched = [names_a[i] for i in d.index_a]  # A's own labels: "the (5)" stays "the (5)" when tokens drop out
-    st.plotly_chart(difference_map(d.diff, matched, f"A − B, {where}"), key="compare_diff")
+    shared = slice(min(window.start, len(matched) - 1), window.stop)  # the window, over the tokens both share
+    st.plotly_chart(difference_map(d.diff[shared, shared], matched[shared], f"A − B, {where}"), key="compare_diff")

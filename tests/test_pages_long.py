@@ -16,6 +16,7 @@ import pytest
 import attnviz
 from attnviz.backends.footprint import n_tokens
 from attnviz.settings import PAGE_TOKENS
+from attnviz.ui.display import CELLS
 from helpers import chart_specs, decode, ok, open_page
 from test_load import WORDS
 
@@ -24,9 +25,6 @@ PAGES = ["app.py", "pages/2_Positional.py", "pages/3_Norms.py", "pages/4_Analysi
 # Words of random WORDS that make about 3,000 and 9,000 tokens: one a token for builtin:seed, ~3.5 for the tiny Llama
 LENGTHS = {"builtin:seed": {"~3,000": 3000, "~9,000": 9000}, "long llama": {"~3,000": 850, "~9,000": 2600}}
 PAYLOAD = 2 * 2**20
-# Pages that draw two or three 512 × 512 heatmaps of float32 weights (exact on hover): over 2 MiB at 512 tokens as
-# they were before, a MISS bench/page_payload.py reports. What holds at every length: they send no more than that.
-CELL_BY_CELL = {"pages/2_Positional.py": 4 * 2**20, "pages/3_Norms.py": 4 * 2**20, "pages/6_Compare.py": 6 * 2**20}
 
 
 def document(words: int) -> str:
@@ -78,7 +76,7 @@ def test_every_page_reads_its_share_of_a_long_document_without_a_dense_read(mode
         assert f"{PAGE_TOKENS} tokens" in line, (page, line)
         assert f"reads the first {PAGE_TOKENS:,} tokens and leaves {total - PAGE_TOKENS:,} out" in line, (page, line)
         assert "ATTNVIZ_PAGE_TOKENS" in line
-        assert payload(at) <= CELL_BY_CELL.get(page, PAYLOAD), (page, payload(at))
+        assert payload(at) <= PAYLOAD, (page, payload(at))
         if page == "pages/11_Interventions.py":  # edits run on the whole text: it says what it takes, and stops
             assert any(f"texts of at most {PAGE_TOKENS:,} tokens" in i.value and f"this one has {total:,}" in i.value
                        for i in at.info)
@@ -87,7 +85,26 @@ def test_every_page_reads_its_share_of_a_long_document_without_a_dense_read(mode
                        for i in at.info)
         if page == "app.py":  # layer 0, head 0 by default
             np.testing.assert_allclose(heat(at, "home_heatmap"), ref.head(0, 0), atol=1e-6)
-        elif page == "pages/3_Norms.py":
-            np.testing.assert_allclose(heat(at, "norm_raw"), ref.head(0, 0), atol=1e-6)
+        elif page == "pages/3_Norms.py":  # pages that draw two or three heads at once draw a CELLS window of them
+            np.testing.assert_allclose(heat(at, "norm_raw"), ref.head(0, 0)[:CELLS, :CELLS], atol=1e-6)
         elif page == "pages/6_Compare.py":  # A is this text; head 0 of layer 0 by default
-            np.testing.assert_allclose(heat(at, "compare_a"), ref.head(0, 0), atol=1e-6)
+            np.testing.assert_allclose(heat(at, "compare_a"), ref.head(0, 0)[:CELLS, :CELLS], atol=1e-6)
+
+
+def test_a_token_window_moves_over_the_whole_page_cap_and_a_bad_link_value_is_said(long_app):
+    """Norms and Compare draw CELLS tokens at a time, from a start in the URL; each cell is the trace's own weight."""
+    text = document(LENGTHS["builtin:seed"]["~3,000"])
+    ref = attnviz.load("builtin:seed").trace(text, max_tokens=PAGE_TOKENS)
+    last = PAGE_TOKENS - CELLS
+    w = slice(last, PAGE_TOKENS)
+    at = ok(open_page("pages/3_Norms.py", model="builtin:seed", text=text, norm_from=str(last), layer="2", head="3"))
+    np.testing.assert_allclose(heat(at, "norm_raw"), ref.head(2, 3)[w, w], atol=1e-6)
+    assert any(f"Drawn: tokens {last:,}–{PAGE_TOKENS - 1:,} of {PAGE_TOKENS:,}" in c.value for c in at.caption)
+    at = ok(open_page("pages/6_Compare.py", model="builtin:seed", text=text, text_b=text, compare_from=str(last)))
+    np.testing.assert_allclose(heat(at, "compare_b"), ref.head(0, 0)[w, w], atol=1e-6)
+    np.testing.assert_allclose(heat(at, "compare_diff"), 0.0, atol=0)
+    assert heat(at, "compare_diff").shape == (CELLS, CELLS)
+    at = ok(open_page("pages/3_Norms.py", model="builtin:seed", text=text, norm_from="9999"))
+    assert any("9999" in m.value and f"a whole number from 0 to {last}" in m.value
+               for m in [*at.warning, *at.info, *at.caption, *at.markdown]), "the link's bad start is said"
+    np.testing.assert_allclose(heat(at, "norm_raw"), ref.head(0, 0)[:CELLS, :CELLS], atol=1e-6)

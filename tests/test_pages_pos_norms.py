@@ -16,6 +16,7 @@ from attnviz.backends import load
 from attnviz.analysis.norms import NAMES, layer_stats, norm_attention, norm_table
 from attnviz.backends.positions import attention_by_offset, position_info, similarity, sinusoidal
 from attnviz.core.tokens import labels
+from attnviz.ui.display import CELLS
 from helpers import chart_specs, decode, open_page
 
 TEXT = "The quick brown fox jumps over the <b>lazy</b> dog. Where is the station?"
@@ -61,7 +62,18 @@ def test_positional_page(key, model):
     info = position_info(load(k))
     assert info.kind == KIND[model]
     if info.kind in ("learned", "sinusoidal"):
-        np.testing.assert_allclose(_z(charts["the model's position table"]), info.table, atol=1e-6)
+        # A table of more than CELLS positions is drawn CELLS at a time: the windows, side by side, are the table
+        starts = sorted({*range(0, len(info.table) - CELLS, CELLS), max(0, len(info.table) - CELLS)})
+        windows = {0: charts} | {s: _ok(_run("2_Positional", model=k, text=TEXT, model_from=str(s))) for s in starts[1:]}
+        drawn = np.zeros_like(info.table, dtype=np.float64)
+        for s, page in windows.items():
+            w = slice(s, s + CELLS)
+            spec = page["the model's position table"]["data"][0]
+            drawn[w] = _z(page["the model's position table"])
+            assert spec.get("y0", 0) == s  # hover names the position itself
+            np.testing.assert_allclose(_z(page["cosine between the model's positions"]),
+                                       similarity(info.table, "cosine")[w, w], atol=1e-5)
+        np.testing.assert_allclose(drawn, info.table, atol=1e-6)
         table = charts["the model's position table"]["data"][0]
         lim = np.percentile(np.abs(info.table), 99)  # a robust range, so a few large entries do not grey the rest
         assert table["zmax"] == pytest.approx(lim, rel=1e-5) and table["zmin"] == -table["zmax"]
@@ -72,8 +84,6 @@ def test_positional_page(key, model):
             got, want = decode(curve["y"]), u[:, i] * sv[i]
             np.testing.assert_allclose(np.abs(got), np.abs(want), rtol=1e-4, atol=1e-4 * sv[0])
             assert f"({sv[i] ** 2 / (sv ** 2).sum():.0%} of variance)" in curve["name"]
-        sim = _z(charts["cosine between the model's positions"])
-        np.testing.assert_allclose(sim, similarity(info.table, "cosine"), atol=1e-5)
     if info.kind == "relative":
         np.testing.assert_allclose(_z(charts["bias added to the score, per head"]), info.table.T, atol=1e-6)
     if info.frequencies is not None:
@@ -170,8 +180,14 @@ def test_both_pages_at_512_tokens():
         assert "512 tokens" in at.caption[0].value
         size = sum(len(json.dumps(s)) for s in chart_specs(at))
         assert size < 30e6, f"{page} sends {size / 1e6:.1f} MB of charts"
+        assert size <= 2 * 2**20, f"{page} sends {size / 2**20:.2f} MiB of charts"  # issue 34's bound
     assert _z(charts[NAMES["residual_in"]]).shape == (6, 512)
-    assert _z(charts["‖α f(x)‖ · layer 0, head 0"]).shape == (512, 512)
+    # 512 × 512 is drawn as CELLS × CELLS windows (exact cells), which the caption names: the last one here
+    at = _run("3_Norms", text=text, norm_from=str(512 - CELLS))
+    weighted = norm_attention(trace.head(0, 0), trace.norms["value_norms"][0, 0], False)
+    np.testing.assert_allclose(_z(_ok(at)["‖α f(x)‖ · layer 0, head 0"]), weighted[512 - CELLS:, 512 - CELLS:],
+                               rtol=1e-5, atol=1e-7)
+    assert any(f"of 512" in c.value and "cell by cell" in c.value for c in at.caption)
 
 
 @pytest.fixture(scope="module")

@@ -100,7 +100,7 @@ def difference_map(diff: np.ndarray, labels, title: str) -> go.Figure:
 
     Labels must be unique per position (``attnviz.core.tokens.labels``) since the axes are categorical.
     """
-    diff = np.asarray(diff, np.float64)
+    diff = np.asarray(diff, np.float32)  # differences of float32 weights: float64 would double the figure
     if diff.shape != (len(labels), len(labels)):
         raise ValueError(f"difference is {diff.shape} but there are {len(labels)} labels")
     limit = float(np.clip(np.abs(diff).max(initial=0.0), 1e-6, 1.0))

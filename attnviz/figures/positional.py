@@ -30,14 +30,16 @@ def robust_limit(values: np.ndarray, q: float = 99.0) -> float:
     return lim or float(np.abs(values).max(initial=0.0)) or 1.0
 
 
-def encoding_heatmap(table: np.ndarray, title: str = "") -> go.Figure:
-    """A position table (P, D): one row per position, one column per dimension, 0 white, colours up to the
-    99th percentile of |value| (larger values share the end colours)."""
+def encoding_heatmap(table: np.ndarray, title: str = "", rows: slice = slice(None)) -> go.Figure:
+    """A position table (P, D): one row per position (the ``rows`` window of them), one column per dimension,
+    0 white, colours up to the 99th percentile of the whole table's |value| (larger values share the end colours;
+    every window on one scale)."""
     table = np.asarray(table, np.float32)
     lim = robust_limit(table)
+    first, _, _ = rows.indices(len(table))
     return go.Figure(
         go.Heatmap(
-            z=table, zmin=-lim, zmax=lim, colorscale=SIGNED_SCALE, colorbar=dict(title="value"),
+            z=table[rows], y0=first, zmin=-lim, zmax=lim, colorscale=SIGNED_SCALE, colorbar=dict(title="value"),
             hovertemplate="position %{y}<br>dimension %{x}<br>value %{z:.4f}<extra></extra>",
         ),
         layout=_layout(title, "dimension", "position"),
@@ -54,13 +56,16 @@ def dimension_curves(table: np.ndarray, dims, title: str = "") -> go.Figure:
                      layout=_layout(title, "position", "value", height=320, reversed_y=False))
 
 
-def similarity_heatmap(sim: np.ndarray, metric: str, title: str = "") -> go.Figure:
-    """(P, P) similarity of position vectors; a band along the diagonal means similarity follows distance."""
+def similarity_heatmap(sim: np.ndarray, metric: str, title: str = "", rows: slice = slice(None)) -> go.Figure:
+    """(P, P) similarity of position vectors, the ``rows`` window of positions against itself, colours on the whole
+    map's scale; a band along the diagonal means similarity follows distance."""
     sim = np.asarray(sim, np.float32)
     lim = float(np.abs(sim).max()) or 1.0
+    first, _, _ = rows.indices(len(sim))
     return go.Figure(
         go.Heatmap(
-            z=sim, zmin=-lim, zmax=lim, colorscale=SIGNED_SCALE, colorbar=dict(title=metric),
+            z=sim[rows, rows], x0=first, y0=first, zmin=-lim, zmax=lim, colorscale=SIGNED_SCALE,
+            colorbar=dict(title=metric),
             hovertemplate="position %{y} · position %{x}<br>" + metric + " %{z:.4f}<extra></extra>",
         ),
         layout=_layout(title, "position", "position", height=520, xaxis=dict(constrain="domain"),

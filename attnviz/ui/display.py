@@ -1,10 +1,15 @@
-"""The sidebar's display options, the same on every page that draws a head's weights (Home, Attention)."""
+"""The sidebar's display options, the same on every page that draws a head's weights (Home, Attention), and the
+token window of the pages that draw a text's weights cell by cell beside other figures (Norms, Compare)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
 from attnviz.figures.view import Options
+from attnviz.ui.share import linked_number
+
+CELLS = 256  # tokens a side that a heatmap draws cell by cell: a 256 × 256 float32 head is ~0.35 MB of figure
+# (exact on hover), so a page of two or three stays under 2 MB; a 512 × 512 one alone is 1.4 MB
 
 
 def display_options() -> tuple[Options, bool]:
@@ -26,3 +31,17 @@ def display_options() -> tuple[Options, bool]:
                  "colour bar), so a head that spreads its weight over a long text is not blank. On: the fixed "
                  "0–1 scale, the same for every head.")
     return Options(hide, renorm, merge, threshold, log_scale), full_range
+
+
+def token_window(n: int, key: str, what: str = "tokens", where=None) -> slice:
+    """The tokens a page's heatmaps draw: all ``n`` while they fit CELLS, else a window of CELLS from a start the
+    user picks (bound to the URL under ``key``), said in a caption. Every weight drawn is the trace's own."""
+    if n <= CELLS:
+        return slice(0, n)
+    where = where or st
+    start = int(linked_number(where, f"First of the {CELLS} {what} drawn", 0, n - CELLS, key, value=0,
+                              step=CELLS // 4, help=f"The heatmaps draw {CELLS} of the {n:,} {what} cell by cell, "
+                              "with their exact weights on hover; this moves the window."))
+    where.caption(f"Drawn: {what} {start:,}–{start + CELLS - 1:,} of {n:,}, cell by cell; the number above moves "
+                  "the window.")
+    return slice(start, start + CELLS)
