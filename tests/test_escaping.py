@@ -26,7 +26,7 @@ PAGES = {
     "app.py": (),
     "pages/1_Attention.py": ("hide_special", "renorm", "merge", "threshold", "log_scale", "direction", "focus",
                              "stack"),
-    "pages/2_Positional.py": ("pos_view", "pe_len", "pe_dim", "pe_metric", "model_metric", "pos_stack",
+    "pages/2_Positional.py": ("pos_view", "pe_len", "pe_dim", "pe_metric", "model_metric", "model_from", "pos_stack",
                               "pos_skip_special"),
     "pages/3_Norms.py": ("norm_stat", "norm_stack", "norm_rows"),
     "pages/4_Analysis.py": ("stat", "relevance_method", "analysis_stack"),
