@@ -18,8 +18,8 @@ from common import MB, OUT, ROOT, conditions, mb, save, table
 from server import short
 
 # In order: payload writes bertviz's HTML that browser opens.
-SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "analysis_speed", "on_demand", "corpus",
-           "long_browser", "dtype_memory", "interventions", "notebook_payload", "faithfulness"]
+SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "page_payload", "analysis_speed",
+           "on_demand", "corpus", "long_browser", "dtype_memory", "interventions", "notebook_payload", "faithfulness"]
 MINILM = "builtin:minilm"
 
 
