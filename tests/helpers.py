@@ -1,11 +1,18 @@
-"""Small helpers shared by the tests: one way to open the app in AppTest, and readers of rendered charts."""
+"""Small helpers shared by the tests: one way to open the app in AppTest, one browser tab on a real server without
+a browser (``Tab``), and readers of rendered charts."""
 
 import base64
 import json
+import time
+from contextlib import ExitStack
 from pathlib import Path
+from urllib.parse import urlencode
 
 import numpy as np
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.testing.v1 import AppTest
+from websockets.sync.client import connect
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,6 +36,100 @@ def ok(at: AppTest) -> AppTest:
     """``at`` after checking the page ran without an exception or an error box."""
     assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
     return at
+
+
+class Tab:
+    """A browser tab on a real server, speaking Streamlit's websocket protocol: ``open`` reruns a page with a URL's
+    query (and widget values) and returns what the run showed; ``read_until`` waits for one element mid-run.
+
+    Given ``tabs`` (an ExitStack) the tab closes with it; else use it as a context manager or call ``close``.
+    """
+
+    def __init__(self, url: str, tabs: ExitStack | None = None, max_size: int = 2**27):
+        ws = connect(url.replace("http", "ws", 1) + "/_stcore/stream", subprotocols=["streamlit"], max_size=max_size,
+                     open_timeout=60)
+        self.ws = tabs.enter_context(ws) if tabs is not None else ws
+        self.page = ""  # the script hash of the page the session is on, from its first message
+        self.session_id = None
+        self.ids: dict[str, str] = {}  # a widget's key -> its id, as the page last drew it
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        self.ws.close()
+
+    def send(self, page: str | None = None, query: str | dict = "", widgets=()) -> None:
+        """Ask for a rerun of ``page`` (its URL name, "" for Home), or of the page the tab is on."""
+        msg = BackMsg()
+        msg.rerun_script.query_string = query if isinstance(query, str) else urlencode(query)
+        if page is not None:
+            msg.rerun_script.page_name = page
+        else:
+            msg.rerun_script.page_script_hash = self.page
+        msg.rerun_script.widget_states.widgets.extend(widgets)
+        self.ws.send(msg.SerializeToString())
+
+    def open(self, page: str | None = None, query: str | dict = "", widgets=(), timeout: float = 180) -> dict:
+        """Rerun (see ``send``) and read to the run's end: its charts (figure dicts), markdown bodies, alerts that
+        give a place in line, other alerts and exceptions ("trouble"), progress bars drawn, and every element."""
+        self.send(page, query, widgets)
+        shown = _nothing_shown()
+        for kind, fwd in self._messages(timeout):
+            if kind == "script_finished":
+                if fwd.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
+                    return shown
+                shown = _nothing_shown()  # the script asked for a rerun: the page is what comes next
+            elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
+                el = fwd.delta.new_element
+                what = el.WhichOneof("type")
+                shown["all"].append(str(el))
+                if what == "plotly_chart":
+                    shown["charts"].append(json.loads(el.plotly_chart.spec))
+                elif what == "markdown":
+                    shown["markdown"].append(el.markdown.body)
+                elif what == "progress":
+                    shown["progress"] += 1
+                elif what == "alert" and "in line" in el.alert.body:
+                    shown["line"].append(el.alert.body)
+                elif what in ("alert", "exception"):
+                    shown["trouble"].append(str(getattr(el, what))[:300])
+
+    def read_until(self, seen, timeout: float = 90) -> str:
+        """Read the run's elements until one (as protobuf text, e.g. "progress {…") satisfies ``seen``; the run
+        ending first fails."""
+        for kind, fwd in self._messages(timeout):
+            if kind == "script_finished":
+                assert fwd.script_finished == ForwardMsg.FINISHED_EARLY_FOR_RERUN, "the run ended first"
+            elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element" and seen(str(fwd.delta.new_element)):
+                return str(fwd.delta.new_element)
+
+    def _messages(self, timeout: float):
+        """(kind, message) as the server sends them, noting the session and the widgets' ids; TimeoutError after
+        ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the page did not show what was expected in time")
+            fwd = ForwardMsg()
+            fwd.ParseFromString(self.ws.recv(timeout=left))
+            kind = fwd.WhichOneof("type")
+            if kind == "new_session":
+                self.page, self.session_id = fwd.new_session.page_script_hash, fwd.new_session.initialize.session_id
+            elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
+                el = fwd.delta.new_element
+                widget = getattr(el, el.WhichOneof("type"))
+                if getattr(widget, "id", ""):
+                    self.ids[widget.id.rsplit("-", 1)[-1]] = widget.id
+            yield kind, fwd
+
+
+def _nothing_shown() -> dict:
+    return {"charts": [], "markdown": [], "line": [], "trouble": [], "progress": 0, "all": []}
 
 
 def decode(v):

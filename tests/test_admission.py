@@ -11,14 +11,11 @@ import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from urllib.parse import urlencode
 
 import pytest
-from streamlit.proto.BackMsg_pb2 import BackMsg
-from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-from websockets.sync.client import connect
 
 from conftest import start_server
+from helpers import Tab
 from test_flood import threads
 from test_load import WORDS, rss_mb
 
@@ -45,41 +42,6 @@ def peak_mb(pid: int) -> float:
 
 def reset_peak(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # Linux: VmHWM starts again from the current RSS
-
-
-class Tab:
-    """A browser tab speaking Streamlit's websocket protocol; ``open`` runs a page and says what it showed."""
-
-    def __init__(self, url: str, tabs: ExitStack):
-        self.ws = tabs.enter_context(connect(url.replace("http", "ws", 1) + "/_stcore/stream",
-                                             subprotocols=["streamlit"], max_size=2**27, open_timeout=60))
-
-    def open(self, page: str, params: dict, timeout: float = 180) -> dict:
-        msg = BackMsg()
-        msg.rerun_script.query_string = urlencode(params)
-        msg.rerun_script.page_name = page
-        self.ws.send(msg.SerializeToString())
-        shown = {"charts": 0, "trouble": [], "line": [], "progress": 0}
-        deadline = time.monotonic() + timeout
-        while True:
-            fwd = ForwardMsg()
-            fwd.ParseFromString(self.ws.recv(timeout=max(1, deadline - time.monotonic())))
-            kind = fwd.WhichOneof("type")
-            if kind == "script_finished":
-                if fwd.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
-                    return shown
-                shown = {k: type(v)() for k, v in shown.items()}
-            elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
-                el = fwd.delta.new_element
-                what = el.WhichOneof("type")
-                if what == "plotly_chart":
-                    shown["charts"] += 1
-                elif what == "progress":
-                    shown["progress"] += 1
-                elif what == "alert" and "in line" in el.alert.body:
-                    shown["line"].append(el.alert.body)
-                elif what in ("alert", "exception"):
-                    shown["trouble"].append(str(getattr(el, what))[:300])
 
 
 def long_params(i: int, words: int = LONG_WORDS) -> dict:
@@ -132,7 +94,7 @@ def test_four_long_documents_at_once_stay_within_the_memory_setting(server, caps
               f"{sum(bool(r.get('line')) for r in results)} of 4 waited in line")
     assert all(r and "error" not in r for r in results), (results, "".join(log)[-3000:])
     for r in results:
-        assert not r["trouble"] and r["charts"] >= 4, (r, "".join(log)[-3000:])  # all four finished with their page
+        assert not r["trouble"] and len(r["charts"]) >= 4, (r, "".join(log)[-3000:])  # all four finished with their page
         assert r["line"] or r["progress"], r  # each saw its place in line or its progress
     assert any("number 1 in line" in body for r in results for body in r["line"]), results
     assert busy, "the four had finished before the home page was asked for"
@@ -162,10 +124,10 @@ def test_tabs_keep_no_traces_and_memory_and_threads_come_back(server, capsys):
     with ExitStack() as tabs:
         for i in range(12):
             shown = Tab(url, tabs).open("Attention", {"model": "builtin:seed", "text": document(100 + i, 50)})
-            assert not shown["trouble"] and shown["charts"] >= 2, shown
+            assert not shown["trouble"] and len(shown["charts"]) >= 2, shown
         for i in range(8):
             shown = Tab(url, tabs).open("Long_text", long_params(200 + i, 300))
-            assert not shown["trouble"] and shown["charts"] >= 4, shown
+            assert not shown["trouble"] and len(shown["charts"]) >= 4, shown
         time.sleep(6)  # a collection: what is left is what someone holds
         open_mb, peak = rss_mb(proc.pid), peak_mb(proc.pid)
         threads_open = threads(proc.pid)
@@ -234,20 +196,8 @@ def test_a_closed_tab_stops_its_long_forward_at_the_next_tile(server):
     proc, url, log = server
     tabs = ExitStack()
     tab = Tab(url, tabs)
-    msg = BackMsg()
-    msg.rerun_script.query_string = urlencode(long_params(400, 2000))  # ~2,000 tokens (~141 MB): seconds of forward
-    msg.rerun_script.page_name = "Long_text"
-    tab.ws.send(msg.SerializeToString())
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # until the forward's progress bar shows: it is running
-        fwd = ForwardMsg()
-        fwd.ParseFromString(tab.ws.recv(timeout=120))
-        assert fwd.WhichOneof("type") != "script_finished" or fwd.script_finished == ForwardMsg.FINISHED_EARLY_FOR_RERUN
-        if fwd.WhichOneof("type") == "delta" and fwd.delta.WhichOneof("type") == "new_element" \
-                and fwd.delta.new_element.WhichOneof("type") == "progress":
-            break
-    else:
-        raise AssertionError("no progress bar")
+    tab.send("Long_text", long_params(400, 2000))  # ~2,000 tokens (~141 MB): seconds of forward
+    tab.read_until(lambda el: el.startswith("progress"), timeout=120)  # the forward's progress bar: it runs
     busy_from = cpu_seconds(proc.pid)
     time.sleep(1)
     busy = cpu_seconds(proc.pid) - busy_from
@@ -344,25 +294,14 @@ def test_a_long_text_on_any_page_waits_in_line_behind_another_visitor_and_then_f
         with ExitStack() as tabs:
             Tab(url, tabs).open("Attention", {"model": "builtin:seed", "text": document(97, 50)})  # warm
             first = Tab(url, tabs)
-            msg = BackMsg()
-            msg.rerun_script.query_string = urlencode(long_params(600, 4000))  # ~4,000 tokens: seconds of forward
-            msg.rerun_script.page_name = "Long_text"
-            first.ws.send(msg.SerializeToString())
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:  # until its progress bar shows: it holds the slot
-                fwd = ForwardMsg()
-                fwd.ParseFromString(first.ws.recv(timeout=120))
-                if fwd.WhichOneof("type") == "delta" and fwd.delta.WhichOneof("type") == "new_element" \
-                        and fwd.delta.new_element.WhichOneof("type") == "progress":
-                    break
-            else:
-                raise AssertionError("no progress bar")
+            first.send("Long_text", long_params(600, 4000))  # ~4,000 tokens: seconds of forward
+            first.read_until(lambda el: el.startswith("progress"), timeout=120)  # its progress bar: it holds the slot
             shown = Tab(url, tabs).open("Attention", long_params(601, 400))
     finally:
         proc.terminate()
         proc.wait(timeout=30)
     assert any("This 403-token text is number 1 in line" in body for body in shown["line"]), shown
-    assert not shown["trouble"] and shown["charts"] >= 2, shown
+    assert not shown["trouble"] and len(shown["charts"]) >= 2, shown
 
 
 def test_the_frame_cache_traces_count_against_the_memory_setting_and_make_room(monkeypatch):

@@ -16,13 +16,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from streamlit.proto.BackMsg_pb2 import BackMsg
-from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.testing.v1 import AppTest
-from websockets.sync.client import connect
 
 from attnviz import corpus as cp
 from conftest import ROOT, start_server
+from helpers import Tab
 
 PAGE = "pages/10_Corpus.py"
 
@@ -203,17 +201,9 @@ def test_an_upload_over_the_limit_is_refused_before_it_is_buffered(tmp_path):
     try:
         with urllib.request.urlopen(url + "/_stcore/health") as r:  # where Streamlit sets its XSRF cookie
             cookie = next(c.split(";")[0] for c in r.headers.get_all("Set-Cookie") if c.startswith("_streamlit_xsrf="))
-        with connect(url.replace("http", "ws", 1) + "/_stcore/stream", subprotocols=["streamlit"],
-                     max_size=2**26, open_timeout=60) as ws:
-            msg = BackMsg()
-            msg.rerun_script.query_string = ""
-            ws.send(msg.SerializeToString())
-            session = None
-            while session is None:
-                fwd = ForwardMsg()
-                fwd.ParseFromString(ws.recv(timeout=120))
-                if fwd.WhichOneof("type") == "new_session":
-                    session = fwd.new_session.initialize.session_id
+        with Tab(url, max_size=2**26) as tab:
+            tab.open(timeout=120)  # a session, for the upload endpoint to take a file into
+            session = tab.session_id
             host = url.split("//")[1]
             headers = {"X-Xsrftoken": cookie.split("=", 1)[1], "Cookie": cookie}
 

@@ -12,15 +12,13 @@ import statistics
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlencode
 
 import pytest
-from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.WidgetStates_pb2 import WidgetState
-from websockets.sync.client import connect
 
 from conftest import start_server
-from test_load import Client, text_for
+from helpers import Tab
+from test_load import text_for
 
 SESSIONS = 4
 RATE_HZ = 10
@@ -35,27 +33,19 @@ def threads(pid: int) -> int:
     raise RuntimeError(f"no thread count for process {pid}")
 
 
-def stream(url: str) -> str:
-    return url.replace("http", "ws", 1) + "/_stcore/stream"
-
-
 def flooder(url: str, i: int, ready: threading.Barrier, stop: threading.Event, sent: list, errors: list) -> None:
     """Open the page, wait for the others, then send reruns with a new text every 1/RATE_HZ s (not waiting), draining replies."""
     try:
-        with connect(stream(url), subprotocols=["streamlit"], max_size=2**26, open_timeout=60) as ws:
-            client = Client(ws)
-            client.run(urlencode({"text": text_for(i, 0)}))
-            drain = threading.Thread(target=lambda: _drain(ws), daemon=True)
+        with Tab(url, max_size=2**26) as tab:
+            tab.open(query={"text": text_for(i, 0)})
+            drain = threading.Thread(target=lambda: _drain(tab.ws), daemon=True)
             drain.start()
             ready.wait(120)
             for k in range(1, int(RATE_HZ * FLOOD_S) + 1):
                 if stop.is_set():
                     break
-                msg = BackMsg()
-                msg.rerun_script.query_string = urlencode({"text": text_for(i, k)})
-                msg.rerun_script.page_script_hash = client.page
-                msg.rerun_script.widget_states.widgets.append(WidgetState(id=client.text_id, string_value=text_for(i, k)))
-                ws.send(msg.SerializeToString())
+                tab.send(query={"text": text_for(i, k)},
+                         widgets=[WidgetState(id=tab.ids["text"], string_value=text_for(i, k))])
                 sent.append(k)
                 time.sleep(1 / RATE_HZ)
     except Exception as e:  # counted, not raised: the test judges the whole run
@@ -73,8 +63,8 @@ def _drain(ws) -> None:
 def first_page(url: str) -> float:
     """Seconds from a new visitor's connection to its first page having run to the end (chart included)."""
     start = time.perf_counter()
-    with connect(stream(url), subprotocols=["streamlit"], max_size=2**26, open_timeout=60) as ws:
-        shown = Client(ws).run("")
+    with Tab(url, max_size=2**26) as tab:
+        shown = tab.open(timeout=60)
     assert shown["charts"] and not shown["trouble"], shown["trouble"]
     return time.perf_counter() - start
 

@@ -5,17 +5,13 @@ when the first tab closes; when the second closes too, the server goes idle (its
 """
 
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from streamlit.proto.BackMsg_pb2 import BackMsg
-from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.proto.WidgetStates_pb2 import WidgetState
-from websockets.sync.client import connect
 
 from conftest import start_server
-from helpers import open_page
+from helpers import Tab, open_page
 
 STEPS = 3000  # far more than the test waits for: training must be stopped, not finish
 
@@ -26,48 +22,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / 100  # utime, stime in clock ticks (100 Hz)
 
 
-class Tab:
-    """A browser tab on the Train page, speaking Streamlit's websocket protocol."""
+class TrainTab(Tab):
+    """A tab on the Train page (every run names it: the session's first page hash is the home page's)."""
 
     def __init__(self, url: str):
-        self.stack = ExitStack()
-        self.ws = self.stack.enter_context(connect(url.replace("http", "ws", 1) + "/_stcore/stream",
-                                                   subprotocols=["streamlit"], max_size=2**26, open_timeout=60))
-        self.ids = {}
-        self.send()
-        self.read_until(lambda s: False, finished=True)
-
-    def send(self, widgets=()):
-        msg = BackMsg()
-        msg.rerun_script.query_string = ""
-        msg.rerun_script.page_name = "Train"  # every run: the session's first page hash is the home page's
-        msg.rerun_script.widget_states.widgets.extend(widgets)
-        self.ws.send(msg.SerializeToString())
-
-    def read_until(self, seen, finished=False, timeout=90) -> str:
-        """Read the page's messages until one satisfies ``seen`` (or, with ``finished``, the run ends)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            fwd = ForwardMsg()
-            fwd.ParseFromString(self.ws.recv(timeout=max(0.1, deadline - time.monotonic())))
-            kind = fwd.WhichOneof("type")
-            if kind == "script_finished" and finished and fwd.script_finished == ForwardMsg.FINISHED_SUCCESSFULLY:
-                return ""  # st.navigation's first run of a fresh session ends early and reruns on the page
-            elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
-                el = fwd.delta.new_element
-                widget = getattr(el, el.WhichOneof("type"))
-                if hasattr(widget, "id") and widget.id:
-                    self.ids[widget.id.rsplit("-", 1)[-1]] = widget.id
-                if seen(str(el)):
-                    return str(el)
-        raise TimeoutError("the page did not show what was expected")
+        super().__init__(url, max_size=2**26)
+        self.open("Train")
 
     def train(self):
-        self.send([WidgetState(id=self.ids["train_steps"], int_value=STEPS),
-                   WidgetState(id=self.ids["train_go"], trigger_value=True)])
-
-    def close(self):
-        self.stack.close()
+        self.send("Train", widgets=[WidgetState(id=self.ids["train_steps"], int_value=STEPS),
+                                    WidgetState(id=self.ids["train_go"], trigger_value=True)])
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +44,7 @@ def server():
 
 def test_one_line_for_heavy_work_and_a_closed_tab_stops_its_training(server):
     proc, url = server
-    first, second = Tab(url), Tab(url)
+    first, second = TrainTab(url), TrainTab(url)
     first.train()
     first.read_until(lambda s: "step 3" in s and "loss" in s)  # training, and saying so
     second.train()

@@ -7,7 +7,6 @@ model, with no error. 200 distinct texts go through the server in all; its memor
 Latency (rerun sent -> script finished, all messages received) is printed, not asserted.
 """
 
-import json
 import os
 import random
 import statistics
@@ -17,19 +16,16 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlencode
 
 import pytest
-from streamlit.proto.BackMsg_pb2 import BackMsg
-from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.proto.WidgetStates_pb2 import WidgetState
-from websockets.sync.client import connect
 
 import attnviz
 from attnviz.backends.common import check_text, encode
 from attnviz.figures.common import safe
 from attnviz.core.tokens import labels
 from conftest import ROOT, start_server
+from helpers import Tab
 
 SESSIONS = 8
 TEXTS = 25  # per session: 200 distinct texts in all
@@ -54,63 +50,24 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-class Client:
-    """One browser tab's side of Streamlit's websocket protocol: rerun requests out, page deltas back."""
-
-    def __init__(self, ws):
-        self.ws, self.page, self.text_id = ws, "", None
-
-    def run(self, query: str, text: str | None = None) -> dict:
-        """Rerun with ``query`` as the URL (and ``text`` typed into the text box); what the page showed."""
-        msg = BackMsg()
-        msg.rerun_script.query_string = query
-        msg.rerun_script.page_script_hash = self.page
-        if text is not None:
-            msg.rerun_script.widget_states.widgets.append(WidgetState(id=self.text_id, string_value=text))
-        self.ws.send(msg.SerializeToString())
-        shown = {"charts": [], "markdown": [], "trouble": [], "all": []}
-        while True:
-            fwd = ForwardMsg()
-            fwd.ParseFromString(self.ws.recv(timeout=60))
-            kind = fwd.WhichOneof("type")
-            if kind == "new_session":
-                self.page = fwd.new_session.page_script_hash
-            elif kind == "script_finished":
-                if fwd.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
-                    return shown
-                shown = {k: [] for k in shown}  # the script asked for a rerun: the page is what comes next
-            elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
-                el = fwd.delta.new_element
-                what = el.WhichOneof("type")
-                shown["all"].append(str(el))
-                if what == "plotly_chart":
-                    shown["charts"].append(json.loads(el.plotly_chart.spec))
-                elif what == "markdown":
-                    shown["markdown"].append(el.markdown.body)
-                elif what == "text_area" and el.text_area.id.endswith("-text"):
-                    self.text_id = el.text_area.id
-                elif what in ("alert", "exception"):
-                    shown["trouble"].append(str(getattr(el, what))[:300])
-
-
 def session(url, i, model, texts, wants, run):
     """Open the page from a link, then type each text; check every run against this session's own tokens."""
     others = [m for m in MARKERS if m != MARKERS[i]]
-    stream = url.replace("http", "ws", 1) + "/_stcore/stream"
     try:
-        with connect(stream, subprotocols=["streamlit"], max_size=2**26, open_timeout=60) as ws:
-            check_runs(Client(ws), i, model, texts, wants, others, run)
+        with Tab(url, max_size=2**26) as tab:
+            check_runs(tab, i, model, texts, wants, others, run)
     except Exception as e:  # a timeout or a dropped connection fails the session, counted, not raised
         run["errors"].append(f"session {i}: {type(e).__name__}: {str(e)[:300]}")
 
 
-def check_runs(client, i, model, texts, wants, others, run):
+def check_runs(tab, i, model, texts, wants, others, run):
     """Session ``i``'s runs, each checked against its own tokens, model and marker."""
     for k, (text, want) in enumerate(zip(texts, wants)):
         if time.monotonic() > run["deadline"]:
             break
         start = time.perf_counter()
-        shown = client.run(urlencode({"model": model, "text": text}), text if k else None)
+        typed = [WidgetState(id=tab.ids["text"], string_value=text)] if k else ()  # then typed into the box
+        shown = tab.open(query={"model": model, "text": text}, widgets=typed, timeout=120)
         if k:  # the first run loads the page (and maybe the model): not a typing latency
             run["latency"].append(time.perf_counter() - start)
         blob = "\n".join(shown["all"])
