@@ -17,6 +17,32 @@ import torch
 from .. import settings
 
 TILE_FLOATS = 1 << 22  # one tile of scores: 4 M floats (16 MB), whatever the length
+HIDDEN = -1e30  # a padded batch's score for a hidden key: its weight underflows to exactly 0, as with −inf, and 0 · HIDDEN = 0
+
+
+def soft_capped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """``scores`` as softcap · tanh(scores / softcap), in place (Gemma 2's logits); unchanged when ``softcap`` is None."""
+    return scores if softcap is None else torch.tanh(scores.div_(softcap)).mul_(softcap)
+
+
+def hidden_keys(p: torch.Tensor, j: torch.Tensor, causal, window, n=None) -> torch.Tensor | None:
+    """(…, rows, keys) bool: True where a query at position ``p`` (rows, 1) may not see the key at ``j`` (1, keys):
+    j > p when ``causal``, p − j ≥ ``window`` when one is set, j ≥ ``n`` (padding past a text's n keys) when given;
+    None when no key is hidden. For one text ``causal`` is a bool and ``window`` an int or None; for a padded
+    batch each is a (B, 1, 1) tensor, one text each (a window of None given as more than the keys)."""
+    parts = []
+    if isinstance(causal, torch.Tensor):
+        parts.append(causal & (j > p))
+    elif causal:
+        parts.append(j > p)
+    if window is not None:
+        parts.append(p - j >= window)
+    if n is not None:
+        parts.append(j >= n)
+    hidden = parts[0] if parts else None
+    for part in parts[1:]:
+        hidden = hidden | part
+    return hidden
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,19 +109,12 @@ class LayerQK:
         j = torch.arange(lo, hi)[None, :]  # (1, band) the keys computed
         every = len(heads) == H and bool((heads == torch.arange(H)).all())  # every head in order: views, no copies
         q = (self.q[:, start:stop] if every else self.q[heads, start:stop]).float() * self.scaling  # (h, rows, Dh)
-        k = self.k[:, lo:hi] if every and self.k.shape[0] == H else self.k[heads // (H // self.k.shape[0]), lo:hi]
+        k = self.k[:, lo:hi] if every and self.k.shape[0] == H else self.k[self.key_heads(heads), lo:hi]
         k = k.float()  # (h, band, Dh)
-        scores = torch.matmul(q, k.transpose(-2, -1), out=out)  # (h, rows, band)
-        if self.softcap is not None:
-            scores = torch.tanh(scores.div_(self.softcap)).mul_(self.softcap)
+        scores = soft_capped(torch.matmul(q, k.transpose(-2, -1), out=out), self.softcap)  # (h, rows, band)
         if self.bias is not None:
             scores += self._per_head(self.bias, heads)[:, j - p + (Tk - 1)]  # by offset j − i (i = p − Tk + Tq)
-        hidden = None
-        if self.causal:
-            hidden = j > p  # (rows, band)
-        if self.window is not None:
-            far = p - j >= self.window
-            hidden = far if hidden is None else hidden | far
+        hidden = hidden_keys(p, j, self.causal, self.window)  # (rows, band) or None
         if self.mask is not None:
             m = self._per_head(self.mask, heads)[:, start:stop, lo:hi]  # (h, rows, band)
             if m.dtype == torch.bool:
@@ -105,6 +124,10 @@ class LayerQK:
         if hidden is not None:
             scores.masked_fill_(hidden, float("-inf"))
         return scores
+
+    def key_heads(self, heads: torch.Tensor) -> torch.Tensor:
+        """The key (and value) head each query head of ``heads`` reads: H/Hkv query heads share one."""
+        return heads // (self.shape[0] // self.k.shape[0])
 
     def normaliser(self, heads, start: int, stop: int) -> torch.Tensor:
         """(2, h, rows): each row's largest score m and log Σ exp(scores − m) over its visible keys, for query rows
@@ -133,7 +156,7 @@ class LayerQK:
         when given, is the (H, n, Tk) tensor a tile of n rows is written into."""
         H, Tq, Tk = self.shape
         dtype = v.dtype
-        v = v[torch.arange(H) // (H // v.shape[0])].float()  # (H, Tk, Dv)
+        v = v[torch.arange(H) // (H // v.shape[0])].float()  # (H, Tk, Dv): values shared as the keys are
         out = torch.empty(H, Tq, v.shape[-1])
         rows = rows or max(1, TILE_FLOATS // (H * Tk))
         heads = list(range(H))
@@ -146,6 +169,44 @@ class LayerQK:
             # a fresh product and its copy take 2.6 + 0.1 ms.
             out[:, a:b] = w @ v  # (H, rows, Dv)
         return out.to(dtype)
+
+
+class PaddedQK:
+    """One layer's LayerQKs of a right-padded batch of self-attention (one per text, cut to its own n_b tokens)
+    as batch tensors, so that any rows of every text's scores come from one product. ``fast`` is False when the
+    texts' recipes differ in more than length, causality and window (a dense mask or bias, another scaling or
+    soft-cap): then read each text's own LayerQK (``layers``)."""
+
+    def __init__(self, layers: list[LayerQK], T: int):
+        first = layers[0]
+        H, Dh = first.shape[0], first.q.shape[-1]
+        self.layers, self.T, self.softcap = layers, T, first.softcap
+        self.fast = all(x.mask is None and x.bias is None and x.scaling == first.scaling and x.softcap == first.softcap
+                        for x in layers)
+        if not self.fast:
+            return
+        self.q = torch.zeros(len(layers), H, T, Dh)  # (B, H, T, Dh); padding rows stay 0
+        self.k = torch.zeros(len(layers), H, T, Dh)  # (B, H, T, Dh)
+        for b, x in enumerate(layers):
+            n = x.shape[1]
+            self.q[b, :, :n] = x.q.float() * first.scaling
+            self.k[b, :, :n] = x.k[x.key_heads(torch.arange(H))].float()  # grouped-query keys repeated
+        self.n = torch.tensor([x.shape[1] for x in layers])[:, None, None]  # (B, 1, 1)
+        self.causal = torch.tensor([x.causal for x in layers])[:, None, None]  # (B, 1, 1)
+        far = [x.window if x.window is not None else T + 1 for x in layers]
+        self.window = torch.tensor(far)[:, None, None]  # (B, 1, 1)
+
+    def scores(self, start: int, stop: int) -> torch.Tensor:
+        """(B, H, rows, T) float32: every text's logits of query rows ``start:stop`` over the batch's T keys,
+        soft-capped, with HIDDEN added where ``hidden_keys`` hides a key (its recipe's, and every key past the
+        text's end). Rows past a text's end are filler."""
+        scores = soft_capped(self.q[:, :, start:stop] @ self.k.transpose(-2, -1), self.softcap)  # (B, H, rows, T)
+        i = torch.arange(start, stop)[:, None]  # (rows, 1) query positions (self-attention: Tq = Tk)
+        j = torch.arange(self.T)[None, :]  # (1, T)
+        hidden = hidden_keys(i, j, self.causal, self.window, self.n)  # (B, rows, T)
+        if bool(hidden.any()):
+            scores += torch.zeros(hidden.shape).masked_fill_(hidden, HIDDEN)[:, None]  # (B, 1, rows, T)
+        return scores
 
 
 def causal_mask(Tq: int, Tk: int | None = None, device=None) -> torch.Tensor:

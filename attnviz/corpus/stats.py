@@ -20,12 +20,12 @@ from ..backends.common import check_text, encode
 from ..capture.record import record
 from ..core.tokens import clean
 from ..core.trace import AttentionTrace
+from ..core.weights import PaddedQK
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 BATCH_TEXTS = 16
 BATCH_TOKENS = 8192  # a batch holds at most this many padded positions
 STATS_TILE_FLOATS = 1 << 20  # rows of a batch's weights at a time: the dozen passes over them stay in cache
-HIDDEN = -1e30  # added to a hidden key's score: its weight underflows to exactly 0, as with −inf, and 0 · HIDDEN = 0
 STOP_WORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being below between both but
 by can could did do does doing down during each few for from further had has have having he her here hers herself
@@ -78,58 +78,26 @@ def batchable(backend) -> bool:
     return type(backend) is BuiltinModel
 
 
-class _Padded:
-    """One layer's LayerQKs of a padded batch (one per text, cut to its n_b tokens) as batch tensors, so that
-    any rows of every text's weights come from one product and one softmax."""
-
-    def __init__(self, layers: list, T: int):
-        first = layers[0]
-        H, Dh = first.shape[0], first.q.shape[-1]
-        self.layers, self.T = layers, T
-        # one batched path when the texts' recipes differ only in length, causality and window (no dense mask or bias)
-        self.fast = all(x.mask is None and x.bias is None and x.scaling == first.scaling and x.softcap == first.softcap
-                        for x in layers)
-        if not self.fast:
-            return
-        self.q = torch.zeros(len(layers), H, T, Dh)  # (B, H, T, Dh); padding rows stay 0
-        self.k = torch.zeros(len(layers), H, T, Dh)  # (B, H, T, Dh)
-        for b, x in enumerate(layers):
+def _rows(padded: PaddedQK, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Query rows ``start:stop`` of each text's weights in a padded batch (what ``LayerQK.weights`` gives), zero on
+    the keys past its end, (B, H, rows, T) float32; their row entropies and largest weights (B, H, rows). Rows
+    past a text's end are filler."""
+    B, T, H = len(padded.layers), padded.T, padded.layers[0].shape[0]
+    if not padded.fast:
+        w = torch.zeros(B, H, stop - start, T)
+        for b, x in enumerate(padded.layers):
             n = x.shape[1]
-            self.q[b, :, :n] = x.q.float() * first.scaling
-            self.k[b, :, :n] = x.k[torch.arange(H) // (H // x.k.shape[0])].float()  # grouped-query keys repeated
-        self.n = torch.tensor([x.shape[1] for x in layers])[:, None, None]  # (B, 1, 1)
-        self.causal = torch.tensor([x.causal for x in layers])[:, None, None]  # (B, 1, 1)
-        far = [x.window if x.window is not None else T + 1 for x in layers]
-        self.window = torch.tensor(far)[:, None, None]  # (B, 1, 1)
-
-    def rows(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Query rows ``start:stop`` of each text's weights (what ``LayerQK.weights`` gives), zero on the keys past
-        its end, (B, H, rows, T) float32; their row entropies and largest weights (B, H, rows). Rows past a text's
-        end are filler."""
-        B, T, H = len(self.layers), self.T, self.layers[0].shape[0]
-        if not self.fast:
-            w = torch.zeros(B, H, stop - start, T)
-            for b, x in enumerate(self.layers):
-                n = x.shape[1]
-                if start < n:  # the recipe's own exact path, text by text
-                    w[b, :, : min(stop, n) - start, :n] = x.weights(list(range(H)), start, min(stop, n))
-            return w, -torch.special.xlogy(w, w).sum(-1), w.amax(-1)
-        scores = self.q[:, :, start:stop] @ self.k.transpose(-2, -1)  # (B, H, rows, T)
-        softcap = self.layers[0].softcap
-        if softcap is not None:
-            scores = torch.tanh(scores.div_(softcap)).mul_(softcap)
-        i = torch.arange(start, stop)[:, None]  # (rows, 1) query positions (self-attention: Tq = Tk)
-        j = torch.arange(T)[None, :]  # (1, T)
-        hidden = (j >= self.n) | (self.causal & (j > i)) | (i - j >= self.window)  # (B, rows, T)
-        if bool(hidden.any()):
-            scores += torch.zeros(hidden.shape).masked_fill_(hidden, HIDDEN)[:, None]  # (B, 1, rows, T)
-        # softmax by hand: with u = s − max_j s, a row's largest weight is 1 / Σ e^u and its entropy
-        # −Σ α ln α = ln Σ e^u − Σ α u, with no log per weight (a hidden key has e^u = 0 exactly, and α u = 0)
-        u = scores.sub_(scores.amax(-1, keepdim=True))
-        w = u.exp()
-        z = w.sum(-1, keepdim=True)  # (B, H, rows, 1)
-        w /= z
-        return w, z[..., 0].log() - (w * u).sum(-1), z[..., 0].reciprocal()
+            if start < n:  # the recipe's own exact path, text by text
+                w[b, :, : min(stop, n) - start, :n] = x.weights(list(range(H)), start, min(stop, n))
+        return w, -torch.special.xlogy(w, w).sum(-1), w.amax(-1)
+    scores = padded.scores(start, stop)  # (B, H, rows, T)
+    # softmax by hand: with u = s − max_j s, a row's largest weight is 1 / Σ e^u and its entropy
+    # −Σ α ln α = ln Σ e^u − Σ α u, with no log per weight (a hidden key has e^u = 0 exactly, and α u = 0)
+    u = scores.sub_(scores.amax(-1, keepdim=True))
+    w = u.exp()
+    z = w.sum(-1, keepdim=True)  # (B, H, rows, 1)
+    w /= z
+    return w, z[..., 0].log() - (w * u).sum(-1), z[..., 0].reciprocal()
 
 
 def padded_head_stats(layers: list[list], keys: dict[str, torch.Tensor], lengths: list[int],
@@ -151,10 +119,10 @@ def padded_head_stats(layers: list[list], keys: dict[str, torch.Tensor], lengths
     step = max(1, STATS_TILE_FLOATS // (B * H * T))
     with torch.inference_mode():
         for layer in range(L):
-            padded = _Padded([x[layer] for x in layers], T)
+            padded = PaddedQK([x[layer] for x in layers], T)
             for a in range(0, T, step):
                 z = min(a + step, T)
-                w, ent, top = padded.rows(a, z)  # (B, H, rows, T), (B, H, rows), (B, H, rows)
+                w, ent, top = _rows(padded, a, z)  # (B, H, rows, T), (B, H, rows), (B, H, rows)
                 r = torch.arange(a, z)[None, :]  # (1, rows)
                 real = r < n  # (B, rows): the text's own queries
                 if min(lengths) < z:  # filler rows in this tile: 0, so sums over all rows are over real ones
