@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..analysis.heads import STATS, head_stats, is_punctuation, key_masks
+from ..analysis.heads import PER_ROW, STATS, head_stats, is_punctuation, key_masks, row_means, row_sums
 from ..backends.common import check_text, encode
 from ..capture.record import record
 from ..core.tokens import clean
@@ -112,10 +112,8 @@ def padded_head_stats(layers: list[list], keys: dict[str, torch.Tensor], lengths
     B, L, (H, _, _) = len(layers), len(layers[0]), layers[0][0].shape
     T = max(lengths)
     n = torch.tensor(lengths)[:, None]  # (B, 1)
-    masks = torch.stack([m.float() for m in keys.values()], dim=-1)[:, None]  # (B, 1, T, K)
-    per_row = ("entropy", "entropy_norm", "distance", "max", "prev", "self", "next")
-    sums = torch.zeros(len(per_row), B, L, H, dtype=torch.float64)
-    shares = torch.zeros(B, L, H, len(keys), dtype=torch.float64)  # (B, L, H, K)
+    masks = torch.stack([m.float() for m in keys.values()], dim=-1)  # (B, T, K)
+    sums = torch.zeros(len(PER_ROW) + len(keys), B, L, H, dtype=torch.float64)
     step = max(1, STATS_TILE_FLOATS // (B * H * T))
     with torch.inference_mode():
         for layer in range(L):
@@ -129,18 +127,9 @@ def padded_head_stats(layers: list[list], keys: dict[str, torch.Tensor], lengths
                     w *= real[:, None, :, None]
                     ent, top = ent * real[:, None], top * real[:, None]
                 attendable = (r + 1) if decoder else n  # (B or 1, rows or 1)
-                norm = torch.where(real & (attendable > 1), 1 / torch.log(attendable.clamp(min=2).float()), 0)
-                gap = (r[0][:, None] - torch.arange(T)[None, :]).abs().float()  # (rows, T)
-                rows = torch.stack([ent, ent * norm[:, None], (w * gap).sum(-1), top])  # (4, B, H, rows)
-                sums[:4, :, layer] += rows.sum(-1, dtype=torch.float64)
-                for s, offset in enumerate((-1, 0, 1), 4):  # α_i,i+offset: 0 where i + offset is past the text
-                    sums[s, :, layer] += torch.diagonal(w, a + offset, dim1=-2, dim2=-1).sum(-1, dtype=torch.float64)
-                shares[:, layer] += (w.sum(2, keepdim=True) @ masks)[:, :, 0]  # (B, H, K): weight each key receives, by mask
-    nb = n.double()[:, :, None]  # (B, 1, 1)
-    count = {"entropy_norm": nb - 1 if decoder else torch.where(nb > 1, nb, 0), "prev": nb - 1, "next": nb - 1}
-    totals = {**dict(zip(per_row, sums)), **dict(zip(keys, shares.permute(3, 0, 1, 2)))}
-    return {name: torch.where(count.get(name, nb) > 0, total / count.get(name, nb).clamp(min=1), total).numpy()
-            for name, total in totals.items()}
+                inv_log_n = torch.where(real & (attendable > 1), 1 / torch.log(attendable.clamp(min=2).float()), 0)
+                sums[:, :, layer] += row_sums(w, a, masks, inv_log_n, ent, top)  # (7 + K, B, H)
+    return row_means(dict(zip((*PER_ROW, *keys), sums)), n.double()[:, :, None], decoder)
 
 
 def _padded_batch(backend, encs: list) -> dict[str, np.ndarray]:
