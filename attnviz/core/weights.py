@@ -9,6 +9,7 @@ forward costs plus what a view asks for, never L·H·T² floats.
 from __future__ import annotations
 
 import threading
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -158,7 +159,7 @@ class LayerQK:
         dtype = v.dtype
         v = v[torch.arange(H) // (H // v.shape[0])].float()  # (H, Tk, Dv): values shared as the keys are
         out = torch.empty(H, Tq, v.shape[-1])
-        rows = rows or max(1, TILE_FLOATS // (H * Tk))
+        rows = rows or rows_per_tile(H, Tk)
         heads = list(range(H))
         for a in range(0, Tq, rows):
             b = min(a + rows, Tq)
@@ -226,13 +227,35 @@ def frozen(a, dtype=None) -> np.ndarray:
     return a
 
 
-def block_reduce(x: torch.Tensor, b: int, dim: int, how: str | None = None):
-    """Max and sum of ``x`` over consecutive blocks of ``b`` along ``dim`` (the last block may be shorter); only
-    the max or only the sum when ``how`` is "max" or "sum"."""
+def rows_per_tile(n_heads: int, n_keys: int, block: int = 1, smaller: int = 1) -> int:
+    """The query rows one tile of ``n_heads`` heads over ``n_keys`` keys holds: as many as fit TILE_FLOATS
+    (``smaller`` times fewer, for a tile that many passes read), whole blocks of ``block`` rows, at least one
+    block. The one rule for every tile."""
+    return max(block, TILE_FLOATS // smaller // (n_heads * n_keys) // block * block)
+
+
+def tensor_view(a) -> torch.Tensor:
+    """``a`` (an array) as a tensor sharing its memory, a read-only array included: for reading only."""
+    a = np.ascontiguousarray(a)
+    if a.flags.writeable:
+        return torch.from_numpy(a)
+    with warnings.catch_warnings():  # torch warns that writes would reach the array: none are made
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(a)
+
+
+def block_reduce(x: torch.Tensor, b, dim: int, how: str | None = None):
+    """Max and sum of ``x`` over consecutive blocks along ``dim``; only the max, min or sum when ``how`` is "max",
+    "min" or "sum". ``b`` is a block length (every block that long, the last maybe shorter) or the blocks' start
+    positions (a list or array, the first 0: blocks of any lengths). The one pooling function: ``Weights.pooled``,
+    the long-text survey and the figures' mosaics all reduce through it."""
     dim = dim % x.ndim
     n = x.shape[dim]
+    if not isinstance(b, (int, np.integer)):
+        return _uneven_reduce(x, np.asarray(b, np.int64), dim, how)
     full = n // b
-    ops = [op for name, op in (("max", torch.amax), ("sum", torch.sum)) if how in (None, name)]
+    ops = [op for name, op in (("max", torch.amax), ("min", torch.amin), ("sum", torch.sum))
+           if how == name or (how is None and name != "min")]
     parts = []
     if full:
         main = x.narrow(dim, 0, full * b)
@@ -242,6 +265,29 @@ def block_reduce(x: torch.Tensor, b: int, dim: int, how: str | None = None):
         rest = x.narrow(dim, full * b, n - full * b)
         parts.append([op(rest, dim, keepdim=True) for op in ops])
     out = parts[0] if len(parts) == 1 else [torch.cat(p, dim) for p in zip(*parts)]
+    return out[0] if how is not None else tuple(out)
+
+
+def _uneven_reduce(x: torch.Tensor, starts: np.ndarray, dim: int, how: str | None):
+    """``block_reduce`` over blocks beginning at ``starts``: blocks of one length take its fast path; others are
+    gathered to the longest block's length, a shorter block repeating its last position (left out of a sum)."""
+    n = x.shape[dim]
+    lengths = np.diff(np.append(starts, n))  # (s,)
+    if len(starts) == 1 or (np.all(starts == np.arange(len(starts)) * lengths[0]) and lengths[-1] <= lengths[0]):
+        return block_reduce(x, int(lengths[0]), dim, how)
+    width = int(lengths.max())
+    offsets = np.minimum(np.arange(width)[None, :], lengths[:, None] - 1)  # (s, width)
+    index = torch.from_numpy(starts[:, None] + offsets).flatten()  # (s · width,)
+    blocks = x.index_select(dim, index).unflatten(dim, (len(starts), width))  # (…, s, width, …)
+    out = []
+    for name in ("max", "min", "sum"):
+        if how == name or (how is None and name != "min"):
+            if name == "sum":
+                keep = torch.from_numpy(np.arange(width)[None, :] < lengths[:, None])  # (s, width)
+                keep = keep.reshape(keep.shape + (1,) * (x.ndim - dim - 1)).to(x.dtype)
+                out.append((blocks * keep).sum(dim + 1))
+            else:
+                out.append((torch.amax if name == "max" else torch.amin)(blocks, dim + 1))
     return out[0] if how is not None else tuple(out)
 
 
@@ -268,7 +314,7 @@ class Weights:
         raise NotImplementedError
 
     def rows_per_tile(self, n_heads: int = 1) -> int:
-        return max(1, TILE_FLOATS // (n_heads * self.shape[3]))
+        return rows_per_tile(n_heads, self.shape[3])
 
     def spans(self, n_heads: int = 1) -> list[tuple[int, int]]:
         """(start, stop) of every run of query rows that one tile of ``n_heads`` heads holds, in order."""
@@ -317,7 +363,7 @@ class Weights:
         L, H, Tq, Tk = self.shape
         bq, bk = -(-Tq // size), -(-Tk // size)  # block sizes
         out = torch.empty(L, H, -(-Tq // bq), -(-Tk // bk))
-        step = max(bq, self.rows_per_tile(H) // bq * bq)
+        step = rows_per_tile(H, Tk, bq)  # whole row blocks per tile
         how = "max" if reduce == "max" else "sum"
         with torch.inference_mode():
             for layer in range(L):

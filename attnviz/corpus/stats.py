@@ -20,12 +20,12 @@ from ..backends.common import check_text, encode
 from ..capture.record import record
 from ..core.tokens import clean
 from ..core.trace import AttentionTrace
-from ..core.weights import PaddedQK
+from ..core.weights import PaddedQK, rows_per_tile
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 BATCH_TEXTS = 16
 BATCH_TOKENS = 8192  # a batch holds at most this many padded positions
-STATS_TILE_FLOATS = 1 << 20  # rows of a batch's weights at a time: the dozen passes over them stay in cache
+CACHED_TILE = 4  # a batch's tile is this much smaller than TILE_FLOATS: the dozen passes over it stay in cache
 STOP_WORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being below between both but
 by can could did do does doing down during each few for from further had has have having he her here hers herself
@@ -114,7 +114,7 @@ def padded_head_stats(layers: list[list], keys: dict[str, torch.Tensor], lengths
     n = torch.tensor(lengths)[:, None]  # (B, 1)
     masks = torch.stack([m.float() for m in keys.values()], dim=-1)  # (B, T, K)
     sums = torch.zeros(len(PER_ROW) + len(keys), B, L, H, dtype=torch.float64)
-    step = max(1, STATS_TILE_FLOATS // (B * H * T))
+    step = rows_per_tile(B * H, T, smaller=CACHED_TILE)
     with torch.inference_mode():
         for layer in range(L):
             padded = PaddedQK([x[layer] for x in layers], T)
