@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..core.tokens import clean
+from ..core.weights import tensor_view
 
 
 class Stat(NamedTuple):
@@ -22,7 +23,7 @@ class Stat(NamedTuple):
 
 
 CLARK = "Clark et al. 2019, *What Does BERT Look At?*"
-STATS = {
+HEAD_STATS = {
     "entropy": Stat("entropy (nats)", "H_i = −Σ_j α_ij ln α_ij, averaged over queries i (Clark et al. 2019)", "log_T"),
     "entropy_norm": Stat(
         "normalised entropy",
@@ -153,14 +154,8 @@ def row_means(sums: dict, n, decoder: bool) -> dict[str, np.ndarray]:
             for name, total in sums.items()}
 
 
-def _tensor(a) -> torch.Tensor:
-    """A float32 tensor of ``a`` (a tile of weights), sharing its memory where numpy lets it be written."""
-    a = np.asarray(a, np.float32)
-    return torch.from_numpy(a if a.flags.writeable else a.copy())
-
-
 def head_stats(trace, shares: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-    """Every statistic in STATS for every head of one stack: name -> (L, H); with ``shares`` (name -> (T,) bool
+    """Every statistic in HEAD_STATS for every head of one stack: name -> (L, H); with ``shares`` (name -> (T,) bool
     key mask), also each mask's share of the weight (mean over queries), in the same pass.
 
     Row by row, a tile of query rows at a time (``trace.weights``), through the same ``row_sums`` and
@@ -180,14 +175,14 @@ def head_stats(trace, shares: dict[str, np.ndarray] | None = None) -> dict[str, 
             for a, b in w.spans(H):
                 tile = np.asarray(w.tile(layer, list(range(H)), a, b), np.float32)  # (H, rows, T)
                 ent = torch.from_numpy(row_entropy(tile).astype(np.float32))  # (H, rows): numpy's log is the faster here
-                sums[:, layer] += row_sums(_tensor(tile), a, masks, inv_log_n[a:b], ent)
+                sums[:, layer] += row_sums(tensor_view(tile), a, masks, inv_log_n[a:b], ent)
     means = row_means(dict(zip((*PER_ROW, *keys), sums)), T, decoder)
-    return {name: means[name] for name in (*STATS, *keys)}
+    return {name: means[name] for name in (*HEAD_STATS, *keys)}
 
 
 def stat_range(name: str, T: int) -> tuple[float, float]:
     """The fixed colour range of a statistic for T tokens."""
-    scale = STATS[name].scale
+    scale = HEAD_STATS[name].scale
     top = {"one": 1.0, "log_T": np.log(T), "distance": T - 1.0}[scale]
     return 0.0, max(float(top), 1e-9)
 
@@ -198,5 +193,5 @@ def head_table(stats: dict[str, np.ndarray]):
 
     L, H = next(iter(stats.values())).shape
     layer, head = np.divmod(np.arange(L * H), H)
-    columns = {STATS[k].label: v.ravel() for k, v in stats.items()}
+    columns = {HEAD_STATS[k].label: v.ravel() for k, v in stats.items()}
     return pd.DataFrame({"layer": layer, "head": head, **columns})

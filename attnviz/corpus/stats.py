@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..analysis.heads import PER_ROW, STATS, head_stats, is_punctuation, key_masks, row_means, row_sums
+from ..analysis.heads import PER_ROW, HEAD_STATS, head_stats, is_punctuation, key_masks, row_means, row_sums
 from ..backends.common import check_text, encode
 from ..capture.record import record
 from ..core.tokens import clean
@@ -41,7 +41,7 @@ CATEGORIES = {
     "word_piece": "word pieces: tokens that continue a word",
     "number": "numbers",
 }
-NAMES = (*STATS, *CATEGORIES)  # every per-head statistic a corpus run keeps
+NAMES = (*HEAD_STATS, *CATEGORIES)  # every per-head statistic a corpus run keeps
 
 
 
