@@ -137,7 +137,8 @@ def row_sums(w: torch.Tensor, start: int, masks: torch.Tensor, inv_log_n: torch.
     gap = (r[:, None] - torch.arange(T)[None, :]).abs().float()  # (rows, T)
     rows = torch.stack([ent, ent * inv_log_n[..., None, :], (w * gap).sum(-1), top])  # (4, ..., H, rows)
     # α_i,i+offset (prev, self, next): diagonal start + offset of the tile; none where i + offset is not a key
-    diagonals = [torch.diagonal(w, start + offset, dim1=-2, dim2=-1).sum(-1, dtype=torch.float64) for offset in (-1, 0, 1)]
+    diagonals = [torch.diagonal(w, start + offset, dim1=-2, dim2=-1).sum(-1, dtype=torch.float64)
+                 for offset in (-1, 0, 1)]
     # (..., H, K): the weight each mask's keys receive; float64 products, so a mask's share is the same to the last
     # digits whichever masks stand beside it
     shares = w.sum(-2).double() @ masks.double()
@@ -165,7 +166,7 @@ def head_stats(trace, shares: dict[str, np.ndarray] | None = None) -> dict[str, 
     w = trace.weights
     L, H, T, _ = w.shape
     keys = {**key_masks(trace), **(shares or {})}
-    masks = torch.from_numpy(np.stack(list(keys.values()), axis=1).astype(np.float32))  # (T, K): cls, sep, punct, shares
+    masks = torch.from_numpy(np.stack(list(keys.values()), axis=1).astype(np.float32))  # (T, K): cls, sep, punct, …
     decoder = trace.kind == "decoder"
     n = attendable(T, decoder)
     inv_log_n = torch.from_numpy(np.where(n > 1, 1 / np.log(np.maximum(n, 2)), 0).astype(np.float32))  # (T,)
@@ -174,7 +175,7 @@ def head_stats(trace, shares: dict[str, np.ndarray] | None = None) -> dict[str, 
         for layer in range(L):
             for a, b in w.spans(H):
                 tile = np.asarray(w.tile(layer, list(range(H)), a, b), np.float32)  # (H, rows, T)
-                ent = torch.from_numpy(row_entropy(tile).astype(np.float32))  # (H, rows): numpy's log is the faster here
+                ent = torch.from_numpy(row_entropy(tile).astype(np.float32))  # (H, rows): numpy's log is faster
                 sums[:, layer] += row_sums(tensor_view(tile), a, masks, inv_log_n[a:b], ent)
     means = row_means(dict(zip((*PER_ROW, *keys), sums)), T, decoder)
     return {name: means[name] for name in (*HEAD_STATS, *keys)}

@@ -18,17 +18,19 @@ import torch
 from .. import settings
 
 TILE_FLOATS = 1 << 22  # one tile of scores: 4 M floats (16 MB), whatever the length
-HIDDEN = -1e30  # a padded batch's score for a hidden key: its weight underflows to exactly 0, as with −inf, and 0 · HIDDEN = 0
+HIDDEN = -1e30  # a padded batch's hidden-key score: its weight underflows to exactly 0 (as −inf's), and 0 · HIDDEN = 0
 
 
 def soft_capped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
-    """``scores`` as softcap · tanh(scores / softcap), in place (Gemma 2's logits); unchanged when ``softcap`` is None."""
+    """``scores`` as softcap · tanh(scores / softcap), in place (Gemma 2's logits); as they are when ``softcap`` is
+    None."""
     return scores if softcap is None else torch.tanh(scores.div_(softcap)).mul_(softcap)
 
 
 def hidden_keys(p: torch.Tensor, j: torch.Tensor, causal, window, n=None) -> torch.Tensor | None:
     """(…, rows, keys) bool: True where a query at position ``p`` (rows, 1) may not see the key at ``j`` (1, keys):
-    j > p when ``causal``, p − j ≥ ``window`` when one is set, j ≥ ``n`` (padding past a text's n keys) when given;
+    j > p when ``causal``, p − j ≥ ``window`` when one is set, j ≥ ``n`` (padding past a text's n keys) when
+    given;
     None when no key is hidden. For one text ``causal`` is a bool and ``window`` an int or None; for a padded
     batch each is a (B, 1, 1) tensor, one text each (a window of None given as more than the keys)."""
     parts = []

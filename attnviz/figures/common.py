@@ -1,10 +1,22 @@
-"""Pieces every figure shares: safe labels and the probability colour scale."""
+"""Pieces every figure shares: safe labels and the probability colour scale (and its 256-level table)."""
 
 from __future__ import annotations
 
 import html
+from functools import lru_cache
+
+import numpy as np
+import plotly.colors
 
 PROB_SCALE = "Blues"  # attention weights: 0 white, 1 dark, fixed range 0–1
+
+
+@lru_cache(maxsize=1)
+def lut() -> np.ndarray:
+    """(256, 3) uint8: the probability colour scale sampled at 256 levels (every image of weights: the mosaics,
+    the long-text overview, the notebook)."""
+    colours = plotly.colors.sample_colorscale(PROB_SCALE, np.linspace(0, 1, 256).tolist(), colortype="tuple")
+    return np.rint(np.array(colours) * 255).astype(np.uint8)
 
 
 def safe(labels) -> list[str]:

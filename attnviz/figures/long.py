@@ -5,15 +5,13 @@ pooled blocks, never T×T cells; lines send positions implicitly (x0, dx)."""
 from __future__ import annotations
 
 import html
-from functools import lru_cache
 
 import numpy as np
-import plotly.colors
 import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
 from ..core.tokens import clean
-from .common import (EDGE, KEY_BELOW, KEY_UNDER, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE,
+from .common import (EDGE, KEY_BELOW, KEY_UNDER, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE, lut,
                      SIDE_KEY, labels_margin, right_of_key_under, safe, top_title)
 
 OVERVIEW_PIXELS = 100_000  # the mosaic's pixel budget: ≲ 0.35 MB of PNG (noise-like maps) for any number of heads
@@ -35,13 +33,6 @@ def colour_top(values: np.ndarray) -> float:
     return max(float(np.percentile(values, QUANTILE)), 1e-6)
 
 
-@lru_cache(maxsize=1)
-def _lut() -> np.ndarray:
-    """(256, 3) uint8: the probability colour scale at 256 levels."""
-    colours = plotly.colors.sample_colorscale(PROB_SCALE, np.linspace(0, 1, 256).tolist(), colortype="tuple")
-    return np.rint(np.array(colours) * 255).astype(np.uint8)
-
-
 def _levels(x: np.ndarray, top: float) -> np.ndarray:
     return np.rint(np.clip(np.asarray(x, np.float32) / top, 0, 1) * 255).astype(np.uint8)
 
@@ -53,7 +44,7 @@ def head_mosaic(pooled: np.ndarray, reduce: str, n_tokens: int, block: int, sele
     top = colour_top(pooled)
     pitch = s + 1  # a tile and its white gap
     image = np.full((L, H, pitch, pitch, 3), 255, np.uint8)
-    image[:, :, :s, :s] = _lut()[_levels(pooled, top)]
+    image[:, :, :s, :s] = lut()[_levels(pooled, top)]
     image = image.transpose(0, 2, 1, 3, 4).reshape(L * pitch, H * pitch, 3)[:-1, :-1]  # (L·pitch−1, H·pitch−1, 3)
     layer, head = np.divmod(np.arange(L * H), H)  # (L·H,)
     centre = (s - 1) / 2

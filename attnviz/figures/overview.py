@@ -7,8 +7,6 @@ invisible scatter puts one point on each tile; selecting it gives ``customdata =
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 import plotly.colors
 import plotly.graph_objects as go
@@ -16,17 +14,10 @@ from plotly.utils import image_array_to_data_uri
 
 from ..core.weights import block_reduce, tensor_view
 from .view import colour_position, colour_tops
-from .common import NUMBERS_LEFT, PROB_SCALE, top_title
+from .common import NUMBERS_LEFT, lut, top_title
 
 TILE = 64  # pixels per tile side at most; more than a tile ever gets on screen in a 12-head row
 MASK_COLOUR = "#d9d9d9"  # cells a causal model cannot attend to (future tokens), here and in the heatmaps
-
-
-@lru_cache(maxsize=1)
-def _lut() -> np.ndarray:
-    """(256, 3) uint8: the probability colour scale sampled at 256 levels."""
-    colours = plotly.colors.sample_colorscale(PROB_SCALE, np.linspace(0, 1, 256).tolist(), colortype="tuple")
-    return np.rint(np.array(colours) * 255).astype(np.uint8)
 
 
 def max_pool(a: np.ndarray, size: int, axis: int, op=np.maximum) -> np.ndarray:
@@ -49,7 +40,7 @@ def mosaic(attn: np.ndarray, masked: np.ndarray | None = None, log_scale: bool =
     pooled = max_pool(max_pool(np.asarray(attn, np.float32), tile, 2), tile, 3)  # (L, H, Sq, Sk)
     Sq, Sk = pooled.shape[2:]
     top = 1.0 if full_range or log_scale else colour_tops(pooled)[..., None, None]  # (L, H, 1, 1)
-    rgb = _lut()[np.rint(colour_position(pooled, log_scale, top) * 255).astype(np.uint8)]  # (L, H, Sq, Sk, 3)
+    rgb = lut()[np.rint(colour_position(pooled, log_scale, top) * 255).astype(np.uint8)]  # (L, H, Sq, Sk, 3)
     if masked is not None:
         # A pixel is grey only when its whole block is masked.
         blocks = max_pool(max_pool(np.asarray(masked, np.uint8), tile, 0, np.minimum), tile, 1, np.minimum)
