@@ -29,10 +29,10 @@ def soft_capped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
 
 def hidden_keys(p: torch.Tensor, j: torch.Tensor, causal, window, n=None) -> torch.Tensor | None:
     """(…, rows, keys) bool: True where a query at position ``p`` (rows, 1) may not see the key at ``j`` (1, keys):
-    j > p when ``causal``, p − j ≥ ``window`` when one is set, j ≥ ``n`` (padding past a text's n keys) when
-    given;
+    j > p when ``causal``, p − j ≥ ``window`` when one is set, j ≥ ``n`` (padding past a text's n keys) when given.
     None when no key is hidden. For one text ``causal`` is a bool and ``window`` an int or None; for a padded
-    batch each is a (B, 1, 1) tensor, one text each (a window of None given as more than the keys)."""
+    batch each (and ``n``) is a (B, 1, 1) tensor, one text each (a window of None given as more than the keys).
+    The one rule for which keys a query sees: LayerQK.scores and PaddedQK.scores both ask it."""
     parts = []
     if isinstance(causal, torch.Tensor):
         parts.append(causal & (j > p))

@@ -12,7 +12,7 @@ from plotly.utils import image_array_to_data_uri
 
 from ..core.tokens import clean
 from .common import (EDGE, KEY_BELOW, KEY_UNDER, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE, lut,
-                     SIDE_KEY, labels_margin, right_of_key_under, safe, top_title)
+                     SIDE_KEY, head_points, labels_margin, right_of_key_under, safe, top_title)
 
 OVERVIEW_PIXELS = 100_000  # the mosaic's pixel budget: ≲ 0.35 MB of PNG (noise-like maps) for any number of heads
 QUANTILE = 99.5  # colour ranges run up to this percentile of what is drawn, written on the figure
@@ -56,13 +56,9 @@ def head_mosaic(pooled: np.ndarray, reduce: str, n_tokens: int, block: int, sele
                            line=dict(color="#d62728", width=2)))
     return go.Figure([
         go.Image(source=image_array_to_data_uri(image), hoverinfo="skip"),
-        go.Scatter(
-            x=head * pitch + centre, y=layer * pitch + centre, customdata=np.stack([layer, head], 1),  # (L·H, 2)
-            mode="markers", marker=dict(size=max(8, 300 // H), symbol="square", color="rgba(0,0,0,0)"),
-            selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0)),
-            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>click to open<extra></extra>",
-            showlegend=False,
-        ),
+        head_points(head * pitch + centre, layer * pitch + centre, H,
+                    "layer %{customdata[0]}, head %{customdata[1]}<br>click to open<extra></extra>",
+                    customdata=np.stack([layer, head], 1)),  # (L·H, 2)
     ], layout=dict(
         title=f"all {L} layers × {H} heads over {n_tokens:,} tokens · {REDUCES[reduce]} of "
               f"{block:,}-token blocks · dark = {top:.3g} or more ({QUANTILE}th percentile) · click a head",

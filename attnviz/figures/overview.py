@@ -14,7 +14,7 @@ from plotly.utils import image_array_to_data_uri
 
 from ..core.weights import block_reduce, tensor_view
 from .view import colour_position, colour_tops
-from .common import NUMBERS_LEFT, lut, top_title
+from .common import NUMBERS_LEFT, head_points, lut, top_title
 
 TILE = 64  # pixels per tile side at most; more than a tile ever gets on screen in a 12-head row
 MASK_COLOUR = "#d9d9d9"  # cells a causal model cannot attend to (future tokens), here and in the heatmaps
@@ -74,17 +74,9 @@ def head_grid(attn: np.ndarray, masked: np.ndarray | None = None, selected: tupl
     return go.Figure(
         [
             go.Image(source=image_array_to_data_uri(image), hoverinfo="skip"),
-            go.Scatter(
-                x=head * sk + (sk - 2) / 2,
-                y=layer * sq + (sq - 2) / 2,
-                customdata=np.stack([layer, head], 1),  # (L·H, 2)
-                mode="markers",
-                marker=dict(size=max(8, 300 // H), symbol="square", color="rgba(0,0,0,0)"),
-                selected=dict(marker=dict(opacity=0)),
-                unselected=dict(marker=dict(opacity=0)),
-                hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>click to open<extra></extra>",
-                showlegend=False,
-            ),
+            head_points(head * sk + (sk - 2) / 2, layer * sq + (sq - 2) / 2, H,
+                        "layer %{customdata[0]}, head %{customdata[1]}<br>click to open<extra></extra>",
+                        customdata=np.stack([layer, head], 1)),  # (L·H, 2)
         ],
         layout=dict(
             title=title,
