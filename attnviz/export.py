@@ -248,7 +248,7 @@ def stats_csv(trace) -> str:
                             **{k: heads.share(cross, m) for k, m in heads.key_masks(trace.encoder).items()}})]
     else:
         parts = [(trace.kind, heads.head_stats(trace))]
-    names = list(heads.STATS)
+    names = list(heads.HEAD_STATS)
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow(["stack", "layer", "head", *names])

@@ -13,14 +13,14 @@ from common import LENGTHS, MB, mb, ms, table
 
 import attnviz
 from attnviz.figures.attention import explorer_figures
-from attnviz.figures.view import Options, stack_view, stacks
+from attnviz.figures.view import Options, stack_view, dense_stacks
 
 BUDGET = 2 * MB
 
 
 def page_figures(trace, options: Options = Options(), layer: int = 0, head: int | None = 0, focus: int = 1) -> dict:
     """name -> go.Figure: exactly what pages/1_Attention.py draws for the first stack of ``trace``."""
-    name, (attn, q, k, causal) = next(iter(stacks(trace).items()))
+    name, (attn, q, k, causal) = next(iter(dense_stacks(trace).items()))
     view = stack_view(name, attn, q, k, causal, options._replace(log_scale=False))
     return explorer_figures(view, layer, head, min(focus, len(view.q_labels) - 1), "to", options.log_scale)
 

@@ -8,7 +8,7 @@ import streamlit as st
 
 from attnviz import corpus as cp
 from attnviz import settings
-from attnviz.analysis.heads import STATS
+from attnviz.analysis.heads import HEAD_STATS
 from attnviz.data import CORPUS
 from attnviz.figures.analysis import head_map
 from attnviz.ui import corpus as files
@@ -23,7 +23,7 @@ st.caption("Run every text of a file through the model and see what each head do
            "the Analysis page's statistics as distributions over texts, attention by token category, and the "
            "texts where each head stands out. Texts run in padded batches; padding never reaches a number.")
 
-LABELS = {**{k: s.label for k, s in STATS.items()}, **{k: f"share on {v}" for k, v in cp.CATEGORIES.items()}}
+LABELS = {**{k: s.label for k, s in HEAD_STATS.items()}, **{k: f"share on {v}" for k, v in cp.CATEGORIES.items()}}
 OVER = {"mean": "mean", **{f"p{q}": f"{q}th percentile" for q in (10, 25, 50, 75, 90)}}
 TEXT_BYTES = 256 * 2**20  # the most text one file may hold once decoded (a Parquet file's own metadata first)
 LOCKED = locked()  # a public demo or an operator's model list: visitors choose no path and no cluster

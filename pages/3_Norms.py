@@ -6,7 +6,7 @@ import streamlit as st
 
 from attnviz.figures.attention import attention_heatmap
 from attnviz.figures.norms import layer_profile, stat_heatmap, weight_heatmap
-from attnviz.analysis.norms import NAMES, STATS, layer_stats, norm_attention, norm_table
+from attnviz.analysis.norms import NAMES, NORM_STATS, layer_stats, norm_attention, norm_table
 from attnviz.core.tokens import labels
 from attnviz.ui.display import token_window
 from attnviz.ui.frame import frame, layer_head
@@ -31,7 +31,7 @@ st.markdown(
 )
 by_name = {NAMES.get(k, k): k for k in stats}
 stat = by_name[st.selectbox("Statistic", list(by_name), key="norm_stat", bind="query-params")]
-st.caption(f"{STATS[stat]} (`{stat}` in the CSV). How to read it: one row per layer, one column per token; "
+st.caption(f"{NORM_STATS[stat]} (`{stat}` in the CSV). How to read it: one row per layer, one column per token; "
            "brighter is larger, so a bright column is a token this statistic singles out in every layer.")
 st.plotly_chart(stat_heatmap(stats[stat], names, NAMES.get(stat, stat), share=stat == "attn_share"),
                 key="norm_heatmap")

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from attnviz.analysis import CAVEAT, FLOW_MAX_TOKENS, STATS, attention_flow, head_importance, head_stats, head_table, probe, rollout
+from attnviz.analysis import CAVEAT, FLOW_MAX_TOKENS, HEAD_STATS, attention_flow, head_importance, head_stats, head_table, ablation, rollout
 from attnviz.analysis.ablation import CITATION, MEASURES
 from attnviz.analysis.heads import stat_range
 from attnviz.analysis.rollout import FLOW, ROLLOUT
@@ -35,12 +35,12 @@ names = labels(trace.tokens)
 L, H, T = trace.n_layers, trace.n_heads, trace.n_tokens
 
 st.header("What each head does")
-stat = st.selectbox("Statistic", list(STATS), format_func={k: s.label for k, s in STATS.items()}.get, key="stat",
+stat = st.selectbox("Statistic", list(HEAD_STATS), format_func={k: s.label for k, s in HEAD_STATS.items()}.get, key="stat",
                     bind="query-params")
 stats = kept("stats", trace, None, lambda: head_stats(trace))
-head_chart(head_map(stats[stat], f"{STATS[stat].label} · click a head to open it", stat_range(stat, T),
-                    value_name=STATS[stat].label), "stat_map", H)
-st.caption(f"{STATS[stat].formula}.")
+head_chart(head_map(stats[stat], f"{HEAD_STATS[stat].label} · click a head to open it", stat_range(stat, T),
+                    value_name=HEAD_STATS[stat].label), "stat_map", H)
+st.caption(f"{HEAD_STATS[stat].formula}.")
 st.dataframe(head_table(stats), hide_index=True, key="stat_table")
 
 ROLLOUT_LATEX = (r"\tilde A_l = \tfrac12\,\bar A_l + \tfrac12\,I \;\text{(rows renormalised)},\qquad "
@@ -83,7 +83,7 @@ st.header("Head importance by ablation")
 st.caption(f"Remove one head at a time (its output zeroed before the output projection) and measure the change "
            f"of the model's output — {CITATION}.")
 try:
-    measure = probe(f.model, f.text, max_tokens()).measure
+    measure = ablation(f.model, f.text, max_tokens()).measure
 except ValueError as e:
     st.info(f"{plain(e)} Ablation works for the built-in encoders and classifier, and for Hugging Face BERT-, "
             "DistilBERT-, GPT-2- and Llama-style encoders and causal LMs.")

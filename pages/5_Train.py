@@ -6,7 +6,7 @@ import streamlit as st
 from attnviz.analysis.roles import PROBE
 from attnviz.figures.attention import attention_heatmap
 from attnviz.figures.train import lm_curves, training_curves
-from attnviz.training.lm import LMConfig, PROBE as PROMPT, train_lm
+from attnviz.training.lm import LMConfig, PROMPT, train_lm
 from attnviz.settings import max_train_steps
 from attnviz.training.tasks import TASKS
 from attnviz.core.tokens import labels
@@ -60,7 +60,7 @@ def live(curves, on_eval=None):
     return on_step
 
 
-def show_probe(model, text: str, chart_key: str) -> None:
+def show_preview(model, text: str, chart_key: str) -> None:
     """The model's answer for ``text`` and the attention that produced it (last layer, mean of heads)."""
     try:
         trace = model.trace(text)
@@ -81,14 +81,14 @@ def show_probe(model, text: str, chart_key: str) -> None:
     st.plotly_chart(attention_heatmap(attn, labels(rows), labels(cols)), key=chart_key)
 
 
-def run_seed_task(task: str, size: str, steps: int, probe: str):
-    """Train the seed's model on ``task`` with live curves and probe."""
+def run_seed_task(task: str, size: str, steps: int, preview: str):
+    """Train the seed's model on ``task`` with live curves and the preview text."""
     config = TrainConfig(steps=steps, eval_every=max(1, steps // 8), eval_size=200,
                          log_every=max(1, steps // 100), **SIZES[size])
 
     def on_eval(p):
         st.subheader(f"Probe at step {p.step} · held-out accuracy {p.scores['eval_accuracy']:.1%}")
-        show_probe(p.model, probe, f"train_probe_chart_{p.step}")
+        show_preview(p.model, preview, f"train_probe_chart_{p.step}")
 
     return train(task, config, live(training_curves, on_eval), key=session_key(task))
 
@@ -99,21 +99,21 @@ def run_lm(size: str, steps: int):
     return train_lm(config, live(lm_curves), key=session_key("lm"))
 
 
-def show_seed_result(key: str, done: dict, probe: str) -> None:
+def show_seed_result(key: str, done: dict, preview: str) -> None:
     st.success(f"Trained **{key}** ({done['size']}) in {done['seconds']:.0f} s: "
                f"{done['eval_accuracy']:.1%} on held-out examples.")
     st.button(f"Use {key} on every page", key="train_use", on_click=use_model, args=(key,))
     st.plotly_chart(training_curves(done["history"]), key="train_curve")
     st.subheader("Try it")
-    show_probe(session_models()[key], probe, "train_probe_chart")
+    show_preview(session_models()[key], preview, "train_probe_chart")
 
 
-def show_lm_result(key: str, done: dict, probe: str) -> None:
+def show_lm_result(key: str, done: dict, preview: str) -> None:
     st.success(f"Trained **{key}** ({done['size']}) in {done['seconds']:.0f} s: best induction score "
                f"{done['induction']:.2f}, best previous-token score {done['previous']:.2f} on the probe.")
     st.button(f"Use {key} on every page", key="train_use", on_click=use_model, args=(key,))
     st.plotly_chart(lm_curves(done["history"]), key="train_curve")
-    st.markdown(f"Try it on the **Generate** page with a prompt like {code(probe)}.")
+    st.markdown(f"Try it on the **Generate** page with a prompt like {code(preview)}.")
 
 
 def size_picker(column, sizes: dict, default: str, key: str) -> str:
@@ -138,9 +138,9 @@ steps = c3.number_input("Steps", 10, 5000, 400, step=50, key="train_steps",
 st.caption(TITLES[task])
 if task == "lm":
     st.markdown(LM_ABOUT)
-    probe = PROMPT
+    preview = PROMPT
 else:
-    probe = st.text_input("Probe example", TASKS[task].probe, key=f"train_probe_{task}",
+    preview = st.text_input("Probe example", TASKS[task].preview, key=f"train_probe_{task}",
                           help="Shown after each evaluation while training, and with the trained model afterwards.")
 
 used = st.session_state.get("train_steps_used", 0)
@@ -155,7 +155,7 @@ if st.button("Train", type="primary", key="train_go", disabled=left < 10):
     steps = min(int(steps), left)
     with slot("This training"):
         st.session_state["train_steps_used"] = used + steps  # counted when it starts: a stopped run is not refunded
-        result = run_lm(size, steps) if task == "lm" else run_seed_task(task, size, steps, probe)
+        result = run_lm(size, steps) if task == "lm" else run_seed_task(task, size, steps, preview)
     register_session_model(session_key(task), result.model)
     st.session_state.setdefault("train_results", {})[task] = dict(size=size, history=result.history,
                                                                   seconds=result.seconds, **result.scores)
@@ -163,4 +163,4 @@ if st.button("Train", type="primary", key="train_go", disabled=left < 10):
 
 done = st.session_state.get("train_results", {}).get(task)
 if done and session_key(task) in session_models():
-    (show_lm_result if task == "lm" else show_seed_result)(session_key(task), done, probe)
+    (show_lm_result if task == "lm" else show_seed_result)(session_key(task), done, preview)

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 
 import attnviz
 from attnviz.analysis import attention_flow, difference, head_importance, head_stats, head_table, match, rollout
-from attnviz.analysis.ablation import probe
+from attnviz.analysis.ablation import ablation
 from attnviz.capture.hooks import heads_masked, projections
-from attnviz.analysis.heads import STATS, is_punctuation, normalised_entropy, stat_range
+from attnviz.analysis.heads import HEAD_STATS, is_punctuation, normalised_entropy, stat_range
 from attnviz.analysis.rollout import residual_attention
 from attnviz.backends.hf import load_hf
 from attnviz.backends.trained import TrainedClassifier
@@ -78,9 +78,9 @@ def test_statistics_of_a_real_trace_against_references():
     np.testing.assert_allclose(s["prev"], prev, atol=1e-6)
     table = head_table(s)
     assert len(table) == t.n_layers * t.n_heads
-    assert list(table.columns) == ["layer", "head", *(STATS[k].label for k in s)]
+    assert list(table.columns) == ["layer", "head", *(HEAD_STATS[k].label for k in s)]
     row = table[(table.layer == 3) & (table["head"] == 7)].iloc[0]
-    assert row[STATS["entropy"].label] == pytest.approx(s["entropy"][3, 7])
+    assert row[HEAD_STATS["entropy"].label] == pytest.approx(s["entropy"][3, 7])
     assert stat_range("entropy", T) == (0.0, pytest.approx(np.log(T)))
     assert stat_range("distance", T) == (0.0, T - 1)
 
@@ -294,7 +294,7 @@ def test_classifier_importance_is_the_drop_of_the_predicted_class(tmp_path):
 def test_unsupported_models_say_so(tiny_model):
     backend = load_hf(str(tiny_model("bart")))
     with pytest.raises(ValueError, match="encoder–decoder models are not supported"):
-        probe(backend, TEXT)
+        ablation(backend, TEXT)
     gpt2 = load_hf(str(tiny_model("gpt2")))
     with pytest.raises(ValueError, match="at least two tokens"):
-        probe(gpt2, "a")
+        ablation(gpt2, "a")

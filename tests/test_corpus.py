@@ -8,7 +8,7 @@ import pytest
 
 import attnviz
 from attnviz import corpus as cp
-from attnviz.analysis.heads import STATS, head_stats
+from attnviz.analysis.heads import HEAD_STATS, head_stats
 from attnviz.cli import main
 from attnviz.data import CORPUS, sentences
 
@@ -37,7 +37,7 @@ def test_padded_batch_equals_one_text_at_a_time_minilm():
         t, ref = reference(text)
         assert got["n_tokens"][i] == t.n_tokens
         plain = head_stats(t)  # the Analysis page's numbers, unchanged by the extra shares
-        for name in STATS:
+        for name in HEAD_STATS:
             np.testing.assert_allclose(ref[name], plain[name], atol=1e-12)
         for name in cp.NAMES:
             np.testing.assert_allclose(got[name][i], ref[name], atol=TOL, err_msg=f"{name} of text {i}")

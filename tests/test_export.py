@@ -98,7 +98,7 @@ def test_stats_csv_holds_the_analysis_statistics(trace):
     assert len(rows) == trace.n_layers * trace.n_heads
     r = rows[3 * trace.n_heads + 7]
     assert (r["stack"], r["layer"], r["head"]) == ("encoder", "3", "7")
-    for name in heads.STATS:
+    for name in heads.HEAD_STATS:
         assert float(r[name]) == pytest.approx(stats[name][3, 7], rel=1e-5, abs=1e-9), name
 
 

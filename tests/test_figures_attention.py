@@ -14,7 +14,7 @@ from attnviz.figures.attention import QUANTISE_ABOVE, attention_heatmap, explore
 from attnviz.figures.overview import head_grid
 from attnviz.core.tokens import labels, merge_subwords, word_labels
 from attnviz.core.trace import AttentionTrace, Seq2SeqTrace
-from attnviz.figures.view import Options, colour_top, focus_html, stack_view, stacks
+from attnviz.figures.view import Options, colour_top, focus_html, stack_view, dense_stacks
 from helpers import decode
 
 TOKENS = ("[CLS]", "the", "un", "##believ", "##able", "cat", "the", "[SEP]")
@@ -36,7 +36,7 @@ def encoder_trace(**kw):
 
 
 def view(trace, options=Options(), name=None):
-    (name, (attn, q, k, causal)), *_ = [(n, s) for n, s in stacks(trace).items() if name in (None, n)]
+    (name, (attn, q, k, causal)), *_ = [(n, s) for n, s in dense_stacks(trace).items() if name in (None, n)]
     return stack_view(name, attn, q, k, causal, options)
 
 
@@ -125,7 +125,7 @@ def test_seq2seq_stacks_put_target_on_rows_and_source_on_columns():
     dec = AttentionTrace(tokens=("<s>", "x", "y"), attentions=softmax_rows((L, H, Tt, Tt), causal=True),
                          special=[1, 0, 0], kind="decoder")
     trace = Seq2SeqTrace(encoder=enc, decoder=dec, cross_attentions=softmax_rows((L, H, Tt, Ts), seed=3))
-    assert list(stacks(trace)) == ["encoder", "decoder", "cross"]
+    assert list(dense_stacks(trace)) == ["encoder", "decoder", "cross"]
     cross = view(trace, name="cross")
     assert cross.q_labels == ["<s>", "x", "y"] and cross.k_labels == ["a", "b", "c", "d", "</s>"]
     assert cross.masked is None

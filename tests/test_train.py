@@ -110,7 +110,7 @@ def test_callback_sees_every_log_step_and_a_live_model_at_evaluations(short_runs
     assert [p.step for p in evals] == [60, 120] and all(p.model is result.model for p in evals)
     assert all(p.model is None for p in seen if p.scores["eval_accuracy"] is None)
     assert result.history == [p.row() for p in seen] and result.scores == evals[-1].scores
-    probe = evals[-1].model.predict(TASKS["classifier"].probe)
+    probe = evals[-1].model.predict(TASKS["classifier"].preview)
     assert set(probe) == {"negative", "positive"} and sum(probe.values()) == pytest.approx(1, abs=1e-6)
 
 
@@ -119,7 +119,7 @@ def test_checkpoint_round_trip_reproduces_the_model(short_runs, tmp_path):
         weights, config = save_checkpoint(result.model, tmp_path / name)
         assert weights.stat().st_size < 5e6
         loaded = load_checkpoint(tmp_path / name, "x")
-        text = TASKS[name].probe
+        text = TASKS[name].preview
         a, b = result.model.trace(text), loaded.trace(text)
         if name == "classifier":
             np.testing.assert_array_equal(a.attentions, b.attentions)

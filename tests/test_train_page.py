@@ -37,10 +37,10 @@ def test_tiny_run_shows_losses_probe_and_registers_the_model():
     assert "session:translator" in at.selectbox(key="model").options
     model = at.session_state["session_models"]["session:translator"]
     assert model.n_layers == 1 and model.n_heads == 2
-    probe = model.trace(TASKS["translator"].probe)
+    probe = model.trace(TASKS["translator"].preview)
     heat = next(s["data"][0] for s in specs if s["data"][0]["type"] == "heatmap")
     np.testing.assert_allclose(decode(heat["z"]), probe.cross_attentions[-1].mean(0), atol=1e-6)
-    assert any(model.translate(TASKS["translator"].probe) in m.value for m in at.markdown)
+    assert any(model.translate(TASKS["translator"].preview) in m.value for m in at.markdown)
 
     at.button(key="train_use").click().run()
     assert at.selectbox(key="model").value == "session:translator"

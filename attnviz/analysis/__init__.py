@@ -4,9 +4,9 @@ The caveat every view repeats: attention weights alone are not an explanation of
 (Jain & Wallace 2019; Wiegreffe & Pinter 2019).
 """
 
-from .ablation import head_importance, probe
+from .ablation import ablation, head_importance
 from .compare import difference, match
-from .heads import STATS, head_stats, head_table
+from .heads import HEAD_STATS, head_stats, head_table
 from .rollout import FLOW_MAX_TOKENS, ROLLOUT_MAX_TOKENS, attention_flow, residual_attention, rollout
 
 CAVEAT = (
@@ -16,6 +16,6 @@ CAVEAT = (
 )
 
 __all__ = [
-    "CAVEAT", "STATS", "head_stats", "head_table", "rollout", "residual_attention", "attention_flow",
-    "FLOW_MAX_TOKENS", "ROLLOUT_MAX_TOKENS", "head_importance", "probe", "match", "difference",
+    "CAVEAT", "HEAD_STATS", "head_stats", "head_table", "rollout", "residual_attention", "attention_flow",
+    "FLOW_MAX_TOKENS", "ROLLOUT_MAX_TOKENS", "head_importance", "ablation", "match", "difference",
 ]

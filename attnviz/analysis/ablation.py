@@ -23,7 +23,7 @@ MEASURES = {
 }
 
 
-class Probe(NamedTuple):
+class Ablation(NamedTuple):
     """How to ablate one backend on one text: ``run(head_mask (L, H))`` -> output, ``change(base, out)`` -> score."""
 
     measure: str  # a key of MEASURES
@@ -49,10 +49,10 @@ def probability_drop(base: torch.Tensor, out: torch.Tensor) -> float:
 CHANGES = {"encoder": pooled_cosine_change, "lm": loss_increase, "classifier": probability_drop}
 
 
-def probe(backend, text: str, max_tokens: int | None = None) -> Probe:
-    """The ablation probe for ``backend``; a ValueError in plain words when the model is not supported."""
+def ablation(backend, text: str, max_tokens: int | None = None) -> Ablation:
+    """How to ablate ``backend``; a ValueError in plain words when the model is not supported."""
     measure, run = backend.ablation(text, max_tokens)  # checks the text
-    return Probe(measure, run, CHANGES[measure])
+    return Ablation(measure, run, CHANGES[measure])
 
 
 def head_importance(backend, text: str, progress: Callable[[int, int], None] | None = None,
@@ -64,7 +64,7 @@ def head_importance(backend, text: str, progress: Callable[[int, int], None] | N
     """
     L, H = backend.n_layers, backend.n_heads
     check_forwards(L * H + 1, "Head importance by ablation")  # one pass per head, and the baseline
-    p = probe(backend, text, max_tokens)
+    p = ablation(backend, text, max_tokens)
     keep = np.ones((L, H), np.float32)
     base = p.run(keep)
     scores = np.zeros((L, H))

@@ -10,8 +10,10 @@ import unicodedata
 from typing import NamedTuple
 
 import numpy as np
+import torch
 
 from ..core.tokens import clean
+from ..core.weights import tensor_view
 
 
 class Stat(NamedTuple):
@@ -21,7 +23,7 @@ class Stat(NamedTuple):
 
 
 CLARK = "Clark et al. 2019, *What Does BERT Look At?*"
-STATS = {
+HEAD_STATS = {
     "entropy": Stat("entropy (nats)", "H_i = −Σ_j α_ij ln α_ij, averaged over queries i (Clark et al. 2019)", "log_T"),
     "entropy_norm": Stat(
         "normalised entropy",
@@ -114,44 +116,74 @@ def key_masks(trace) -> dict[str, np.ndarray]:
     return {"cls": first, "sep": special & ~first, "punct": punct}
 
 
+PER_ROW = ("entropy", "entropy_norm", "distance", "max", "prev", "self", "next")  # row_sums' first rows, in order
+
+
+def row_sums(w: torch.Tensor, start: int, masks: torch.Tensor, inv_log_n: torch.Tensor,
+             ent: torch.Tensor | None = None, top: torch.Tensor | None = None) -> torch.Tensor:
+    """Every per-row quantity of the statistics, summed over one tile's query rows: (len(PER_ROW) + K, ..., H)
+    float64, PER_ROW's then each key mask's share (the weight on its keys).
+
+    ``w`` (..., H, rows, T) float32 holds the weights of query rows ``start:start + rows`` (one text: (H, rows, T);
+    a padded batch: (B, H, rows, T)); a row to leave out is all 0, and so are its ``ent``, ``top`` and ``inv_log_n``.
+    ``masks`` (..., T, K) float32: the K key masks (of each text). ``inv_log_n`` (..., rows): 1 / ln n_i, n_i the keys
+    row i may attend to, 0 for a row left out of entropy_norm. ``ent`` and ``top`` (..., H, rows): the rows'
+    entropies and largest weights, when already known.
+    """
+    T = w.shape[-1]
+    ent = -torch.special.xlogy(w, w).sum(-1) if ent is None else ent  # (..., H, rows); 0 ln 0 = 0
+    top = w.amax(-1) if top is None else top  # (..., H, rows)
+    r = torch.arange(start, start + w.shape[-2])  # (rows,) query positions
+    gap = (r[:, None] - torch.arange(T)[None, :]).abs().float()  # (rows, T)
+    rows = torch.stack([ent, ent * inv_log_n[..., None, :], (w * gap).sum(-1), top])  # (4, ..., H, rows)
+    # α_i,i+offset (prev, self, next): diagonal start + offset of the tile; none where i + offset is not a key
+    diagonals = [torch.diagonal(w, start + offset, dim1=-2, dim2=-1).sum(-1, dtype=torch.float64)
+                 for offset in (-1, 0, 1)]
+    # (..., H, K): the weight each mask's keys receive; float64 products, so a mask's share is the same to the last
+    # digits whichever masks stand beside it
+    shares = w.sum(-2).double() @ masks.double()
+    return torch.cat([rows.sum(-1, dtype=torch.float64), torch.stack(diagonals), shares.movedim(-1, 0)])
+
+
+def row_means(sums: dict, n, decoder: bool) -> dict[str, np.ndarray]:
+    """Each statistic's mean over its rows, from row_sums' totals ``sums`` (name -> (..., L, H) float64) of texts
+    of ``n`` tokens (a number, or a (B, 1, 1) tensor for a batch): entropy_norm over the rows that may attend to
+    more than one key, prev and next over the n − 1 rows that have such a neighbour, the rest over all n."""
+    n = torch.as_tensor(n, dtype=torch.float64)
+    count = {"entropy_norm": n - 1 if decoder else torch.where(n > 1, n, 0), "prev": n - 1, "next": n - 1}
+    return {name: torch.where(count.get(name, n) > 0, total / count.get(name, n).clamp(min=1), total).numpy()
+            for name, total in sums.items()}
+
+
 def head_stats(trace, shares: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-    """Every statistic in STATS for every head of one stack: name -> (L, H); with ``shares`` (name -> (T,) bool
+    """Every statistic in HEAD_STATS for every head of one stack: name -> (L, H); with ``shares`` (name -> (T,) bool
     key mask), also each mask's share of the weight (mean over queries), in the same pass.
 
-    Row by row, a tile of query rows at a time (``trace.weights``), so any length costs what the forward
-    costs, never L·H·T² floats at once.
+    Row by row, a tile of query rows at a time (``trace.weights``), through the same ``row_sums`` and
+    ``row_means`` a corpus batch goes through, so any length costs what the forward costs, never L·H·T² floats
+    at once.
     """
     w = trace.weights
     L, H, T, _ = w.shape
     keys = {**key_masks(trace), **(shares or {})}
-    masks = np.stack(list(keys.values()), axis=1).astype(np.float32)  # (T, K): cls, sep, punct, then ``shares``
-    n = attendable(T, trace.kind == "decoder")
-    log_n = np.log(np.maximum(n, 2)).astype(np.float32)  # rows with one attendable key are left out below
-    sums = {name: np.zeros((L, H)) for name in (*STATS, *keys)}
-    for layer in range(L):
-        for a, b in w.spans(H):
-            tile = np.asarray(w.tile(layer, list(range(H)), a, b), np.float32)  # (H, rows, T)
-            rows = np.arange(a, b)
-            ent = row_entropy(tile)  # (H, rows)
-            s = sums
-            s["entropy"][layer] += ent.sum(-1)
-            s["entropy_norm"][layer] += (ent[:, n[a:b] > 1] / log_n[a:b][n[a:b] > 1]).sum(-1)
-            gap = np.abs(rows[:, None] - np.arange(T)[None, :]).astype(np.float32)  # (rows, T)
-            s["distance"][layer] += np.einsum("hij,ij->h", tile, gap, dtype=np.float64)
-            weight_on = (tile @ masks).sum(1, dtype=np.float64)  # (H, K)
-            for i, name in enumerate(keys):
-                s[name][layer] += weight_on[:, i]
-            for name, offset in (("prev", -1), ("self", 0), ("next", 1)):
-                r = rows[(rows + offset >= 0) & (rows + offset < T)]
-                s[name][layer] += tile[:, r - a, r + offset].sum(-1, dtype=np.float64)
-            s["max"][layer] += tile.max(-1).sum(-1, dtype=np.float64)
-    counts = {"entropy_norm": int((n > 1).sum()), "prev": T - 1, "next": T - 1}
-    return {name: total / counts.get(name, T) if counts.get(name, T) else total for name, total in sums.items()}
+    masks = torch.from_numpy(np.stack(list(keys.values()), axis=1).astype(np.float32))  # (T, K): cls, sep, punct, …
+    decoder = trace.kind == "decoder"
+    n = attendable(T, decoder)
+    inv_log_n = torch.from_numpy(np.where(n > 1, 1 / np.log(np.maximum(n, 2)), 0).astype(np.float32))  # (T,)
+    sums = torch.zeros(len(PER_ROW) + len(keys), L, H, dtype=torch.float64)
+    with torch.inference_mode():
+        for layer in range(L):
+            for a, b in w.spans(H):
+                tile = np.asarray(w.tile(layer, list(range(H)), a, b), np.float32)  # (H, rows, T)
+                ent = torch.from_numpy(row_entropy(tile).astype(np.float32))  # (H, rows): numpy's log is faster
+                sums[:, layer] += row_sums(tensor_view(tile), a, masks, inv_log_n[a:b], ent)
+    means = row_means(dict(zip((*PER_ROW, *keys), sums)), T, decoder)
+    return {name: means[name] for name in (*HEAD_STATS, *keys)}
 
 
 def stat_range(name: str, T: int) -> tuple[float, float]:
     """The fixed colour range of a statistic for T tokens."""
-    scale = STATS[name].scale
+    scale = HEAD_STATS[name].scale
     top = {"one": 1.0, "log_T": np.log(T), "distance": T - 1.0}[scale]
     return 0.0, max(float(top), 1e-9)
 
@@ -162,5 +194,5 @@ def head_table(stats: dict[str, np.ndarray]):
 
     L, H = next(iter(stats.values())).shape
     layer, head = np.divmod(np.arange(L * H), H)
-    columns = {STATS[k].label: v.ravel() for k, v in stats.items()}
+    columns = {HEAD_STATS[k].label: v.ravel() for k, v in stats.items()}
     return pd.DataFrame({"layer": layer, "head": head, **columns})

@@ -15,9 +15,8 @@ import numpy as np
 import torch
 
 from ..core.tokens import clean, word_spans
-from ..core import weights as _weights
 from ..capture.record import reducing
-from ..core.weights import Weights, block_counts, block_reduce
+from ..core.weights import Weights, block_counts, block_reduce, rows_per_tile
 
 SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the first token is flagged a sink
 
@@ -162,7 +161,7 @@ class Reducer:
             if self.progress is not None and self.n_layers:
                 self.progress(min(1.0, (done + (start + w.shape[1]) / T) / self.n_layers))
 
-        return max(b, _weights.TILE_FLOATS // (H * T) // b * b), visit, current.tile  # whole row blocks per tile
+        return rows_per_tile(H, T, b), visit, current.tile  # whole row blocks per tile
 
     def complete(self, shape: tuple) -> bool:
         """Whether every layer of weights of ``shape`` (L, H, T, T) has been seen whole."""

@@ -10,7 +10,7 @@ import pandas as pd
 from ..core.trace import NORM_KEYS
 
 # Per-layer statistics as rows of the Norms page, in display order: name -> what it is.
-STATS = {
+NORM_STATS = {
     "residual_in": "‖residual stream‖ entering the layer (hidden state l)",
     "residual_out": "‖residual stream‖ leaving the layer (hidden state l + 1)",
     **{k: v for k, v in NORM_KEYS.items() if k != "value_norms"},
@@ -43,7 +43,7 @@ def residual_norms(hidden_states: np.ndarray) -> np.ndarray:
 
 
 def layer_stats(trace) -> dict[str, np.ndarray]:
-    """Every statistic of STATS the trace supports, each (L, T); absent ones are left out."""
+    """Every statistic of NORM_STATS the trace supports, each (L, T); absent ones are left out."""
     out: dict[str, np.ndarray] = {}
     if trace.hidden_states is not None:
         res = residual_norms(trace.hidden_states)
@@ -56,7 +56,7 @@ def layer_stats(trace) -> dict[str, np.ndarray]:
             for part, ratio in (("attn_out", "attn_ratio"), ("ffn_out", "ffn_ratio")):
                 if part in out:
                     out[ratio] = out[part] / out["residual_in"]
-    return {k: out[k].astype(np.float32) for k in STATS if k in out}
+    return {k: out[k].astype(np.float32) for k in NORM_STATS if k in out}
 
 
 def norm_attention(attn: np.ndarray, value_norms: np.ndarray, normalize: bool = False) -> np.ndarray:

@@ -1,7 +1,7 @@
 """What a trace will hold before it is made, so a server can admit heavy work by memory, not only by count.
 
 A trace keeps, per token, each layer's captured queries and keys and its hidden states and norm statistics, so
-its size is a fixed part plus a per-token part. Both are read off two short probe traces of the model itself
+its size is a fixed part plus a per-token part. Both are read off two short sizing traces of the model itself
 (``nbytes`` of each): exact for every family (grouped-query keys, a relative bias) without a table of configs.
 """
 
@@ -12,7 +12,7 @@ import weakref
 
 from .common import encode
 
-PROBE_WORDS = (8, 24)  # two short texts: their traces' sizes give the fixed and the per-token part
+SIZING_WORDS = (8, 24)  # two short texts: their traces' sizes give the fixed and the per-token part
 
 _lock = threading.Lock()
 _sizes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (fixed bytes, bytes per token)
@@ -32,13 +32,13 @@ def _stack_bytes(trace) -> int:
 
 
 def per_token(model) -> tuple[int, int]:
-    """(fixed bytes, bytes per token) of ``model``'s traces, measured once per model on two probe texts."""
+    """(fixed bytes, bytes per token) of ``model``'s traces, measured once per model on two sizing texts."""
     with _lock:
         if model in _sizes:
             return _sizes[model]
     (t1, b1), (t2, b2) = [
         (tr.encoder.n_tokens if tr.kind == "encoder-decoder" else tr.n_tokens, _stack_bytes(tr))
-        for tr in (model.trace(" ".join(["the"] * n)) for n in PROBE_WORDS)
+        for tr in (model.trace(" ".join(["the"] * n)) for n in SIZING_WORDS)
     ]
     slope = max(0, (b2 - b1) // max(1, t2 - t1))
     sizes = (max(0, b1 - slope * t1), slope)

@@ -47,8 +47,8 @@ PAD_OFFSET_POSITIONS = {
 # Tensors a checkpoint may lack without changing attention or hidden states.
 HARMLESS_MISSING = ("pooler", "lm_head", "final_logits_bias")
 
-PROBE_TEXT = "Hello world, hello again."
-# The captured weights must equal eager attention's within this, per dtype, on the probe text, or the model runs
+CHECK_TEXT = "Hello world, hello again."
+# The captured weights must equal eager attention's within this, per dtype, on the check text, or the model runs
 # eager. Half-precision eager rounds its weights to the dtype (bf16 keeps 8 bits) and its earlier layers round
 # differently from SDPA's.
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
@@ -72,7 +72,7 @@ def load_hf(name: str) -> "HFModel":
         what = str(e).split("'")[1] if "'" in str(e) else "a setting"
         raise ValueError(refusal(config.model_type, f"its layers differ in {what} (a per-layer config), and "
                                                     "attnviz reads one value for the whole model")) from None
-    weights, safe = _weights([p.name for p in folder.iterdir() if p.is_file()], f"the folder {folder}")
+    weights, safe = _weight_files([p.name for p in folder.iterdir() if p.is_file()], f"the folder {folder}")
     _check_size(sum((folder / w).stat().st_size for w in weights), name)
     if safe:
         _check_safetensors(folder, weights)
@@ -130,7 +130,7 @@ def _from_hub(name: str) -> Path:
     except Exception:  # connection refused, DNS failure, timeout: all mean the hub is out of reach
         raise ValueError(_offline_message(name)) from None
     sizes = {s.rfilename: s.size or 0 for s in info.siblings or []}
-    weights, _ = _weights(sizes, f"the hub model {name!r}")
+    weights, _ = _weight_files(sizes, f"the hub model {name!r}")
     _check_size(sum(sizes[w] for w in weights), name)
     try:
         return Path(snapshot_download(name, allow_patterns=META_FILES + weights, etag_timeout=settings.hub_timeout()))
@@ -173,7 +173,7 @@ def _read_config(folder: Path):
     return config, "decoder" if getattr(config, "is_decoder", False) or (causal and not masked) else "encoder"
 
 
-def _weights(files, where: str) -> tuple[list[str], bool]:
+def _weight_files(files, where: str) -> tuple[list[str], bool]:
     """(weight files, are they safetensors) among ``files``; pickle only with ATTNVIZ_ALLOW_PICKLE=1."""
     top = [f for f in files if "/" not in f and f.startswith("model")]
     safe = sorted(f for f in top if f.endswith(".safetensors"))
@@ -429,31 +429,31 @@ class HFModel(TorchBackend):
         self.lock = threading.Lock()
         self.start_id = _decoder_start(net, tokenizer) if kind == "encoder-decoder" else None
         self.capture = "interface"
-        probe = self._checked_probe()
+        checked = self._checked_trace()
         if self.capture == "eager" or any(layer.bias is not None or layer.mask is not None
-                                          for s in stacks(probe).values() for layer in s.weights.layers):
+                                          for s in stacks(checked).values() for layer in s.weights.layers):
             self.position_limit = min(n for n in (self.position_limit, QUADRATIC_MAX_TOKENS) if n)
-        first = probe.encoder if kind == "encoder-decoder" else probe
+        first = checked.encoder if kind == "encoder-decoder" else checked
         self.n_layers, self.n_heads = first.n_layers, first.n_heads
         self.description = (
             f"{self.model_type} from {key.removeprefix('hf:')}: {self.n_layers} layers × {self.n_heads} heads, "
             f"{kind}, up to {self.max_tokens:,} tokens"
         )
 
-    def _checked_probe(self):
-        """The probe text's trace, captured when the captured weights equal eager attention's there; otherwise
+    def _checked_trace(self):
+        """The check text's trace, captured when the captured weights equal eager attention's there; otherwise
         (the model's maths is not what the recipe reproduces, the capture failed, or the model never calls the
         interface) it runs eager from now on. The reference is eager with transformers' own eager masks."""
-        target = PROBE_TEXT if self.kind == "encoder-decoder" else None
+        target = CHECK_TEXT if self.kind == "encoder-decoder" else None
         captured, reason = None, "its attention modules do not call transformers' attention interface"
         if self.capture == "interface":
             try:
-                captured = self.trace(PROBE_TEXT, target)
+                captured = self.trace(CHECK_TEXT, target)
             except Exception as e:  # an argument the recipe does not know (attention sinks …), no attention calls
                 reason = f"capture failed ({_cause(e)})"
             self._use("eager")
         try:
-            eager = self.trace(PROBE_TEXT, target)
+            eager = self.trace(CHECK_TEXT, target)
         except Exception as e:
             if isinstance(e, ValueError) and str(e).startswith("attnviz cannot"):
                 raise
@@ -502,7 +502,7 @@ class HFModel(TorchBackend):
             out["hidden_states"] = (*hidden[:-1], last[0])  # the residual stream, not its projection
         return out, rec
 
-    def _weights(self, rec, attentions, side: str, n_layers: int, T: tuple[int, int]):
+    def _stack_weights(self, rec, attentions, side: str, n_layers: int, T: tuple[int, int]):
         """One side's weights (``T``: its queries and keys): captured queries and keys, or eager attention's own."""
         if self.capture == "interface":
             return rec.weights(side)
@@ -519,7 +519,7 @@ class HFModel(TorchBackend):
                 out, rec = self._forward(input_ids=src.ids)
                 hidden, attentions = list(out.hidden_states), out.get("attentions")
                 del out  # the list holds the only references: stacking lets each layer go once copied
-                weights = self._weights(rec, attentions, "", len(hidden) - 1, (len(src.ids), len(src.ids)))
+                weights = self._stack_weights(rec, attentions, "", len(hidden) - 1, (len(src.ids), len(src.ids)))
                 return self._side(src, text, weights, hidden, self.kind, rec.norms())
             if target is None:
                 tgt = self._label(self._generate(src.ids))
@@ -534,9 +534,9 @@ class HFModel(TorchBackend):
             out, rec = self._forward(input_ids=src.ids, decoder_input_ids=tgt.ids)
             n_enc, n_dec = len(out.encoder_hidden_states) - 1, len(out.decoder_hidden_states) - 1
             Ts, Tt = len(src.ids), len(tgt.ids)
-            enc_w = self._weights(rec, out.get("encoder_attentions"), "encoder", n_enc, (Ts, Ts))
-            dec_w = self._weights(rec, out.get("decoder_attentions"), "decoder", n_dec, (Tt, Tt))
-            cross = self._weights(rec, out.get("cross_attentions"), "cross", n_dec, (Tt, Ts))
+            enc_w = self._stack_weights(rec, out.get("encoder_attentions"), "encoder", n_enc, (Ts, Ts))
+            dec_w = self._stack_weights(rec, out.get("decoder_attentions"), "decoder", n_dec, (Tt, Tt))
+            cross = self._stack_weights(rec, out.get("cross_attentions"), "cross", n_dec, (Tt, Ts))
         target_text = target or self.tokenizer.decode(tgt.ids, skip_special_tokens=True)
         return Seq2SeqTrace(
             encoder=self._side(src, text, enc_w, out.encoder_hidden_states, "encoder", rec.norms("encoder")),
@@ -602,7 +602,7 @@ class HFModel(TorchBackend):
         tok = self.tokenizer
         special = np.array(tok.get_special_tokens_mask(ids, already_has_special_tokens=True), dtype=bool)
         enc = Encoded(ids, tuple(tok.convert_ids_to_tokens(ids)), special, None, 0)
-        weights = self._weights(rec, out.get("attentions"), "", len(out.hidden_states) - 1, (len(ids), len(ids)))
+        weights = self._stack_weights(rec, out.get("attentions"), "", len(out.hidden_states) - 1, (len(ids), len(ids)))
         return self._side(enc, tok.decode(ids), weights, out.hidden_states, self.kind, rec.norms())
 
     def traced(self, text) -> tuple[AttentionTrace, torch.Tensor]:

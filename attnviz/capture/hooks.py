@@ -94,7 +94,7 @@ class Stack:
 _FOUND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its stacks, found once
 
 
-def stacks(net) -> list[Stack]:
+def layer_stacks(net) -> list[Stack]:
     """The layer stacks of ``net`` whose layers match a known family, in module order (encoder first).
 
     A model's layers do not change, so the walk over its modules (a few ms at 20 tokens' scale) runs once."""
@@ -119,7 +119,7 @@ def _n_heads(config, decoder: bool) -> int:
     raise ValueError(f"cannot tell the number of attention heads of {config.model_type}")
 
 
-STATS = ("ln1_in_mean", "ln1_in_std", "ln1_out", "ln2_in_mean", "ln2_in_std", "ln2_out", "attn_out", "ffn_out")
+HOOKED_NORMS = ("ln1_in_mean", "ln1_in_std", "ln1_out", "ln2_in_mean", "ln2_in_std", "ln2_out", "attn_out", "ffn_out")
 
 
 def _rows(t) -> torch.Tensor:
@@ -138,7 +138,7 @@ class NormRecorder:
 
     def __init__(self, net):
         self.stacks, self.heads = [], []
-        for stack in stacks(net):
+        for stack in layer_stacks(net):
             try:
                 self.heads.append(_n_heads(net.config, stack.decoder))
                 self.stacks.append(stack)
@@ -192,7 +192,7 @@ class NormRecorder:
             return {}
         s, L = chosen[0], len(self.stacks[chosen[0]].layers)
         try:
-            out = {k: torch.stack([self.seen[(s, i, k)] for i in range(L)]).numpy() for k in (*STATS, "value_norms")}
+            out = {k: torch.stack([self.seen[(s, i, k)] for i in range(L)]).numpy() for k in (*HOOKED_NORMS, "value_norms")}
         except (KeyError, RuntimeError) as e:  # a layer skipped or a length changed: no statistics, still a trace
             log.warning("norm statistics of %s skipped: %s", self.stacks[s].path, e)
             return {}
@@ -238,7 +238,7 @@ def norm_hooks(net):
 
 def missing_note(net) -> str:
     """Empty when the hooks cover ``net``; otherwise what the Norms page can and cannot show for it."""
-    if stacks(net):
+    if layer_stacks(net):
         return ""
     kind = getattr(getattr(net, "config", None), "model_type", type(net).__name__)
     return (
@@ -250,7 +250,7 @@ def missing_note(net) -> str:
 
 def projections(net, n_layers: int) -> list[torch.nn.Module]:
     """Each layer's attention output projection (its input: the heads side by side), or a ValueError."""
-    found = stacks(net)
+    found = layer_stacks(net)
     if len(found) != 1 or len(found[0].layers) != n_layers:
         kind = getattr(getattr(net, "config", None), "model_type", type(net).__name__)
         raise ValueError(

@@ -9,6 +9,7 @@ forward costs plus what a view asks for, never L·H·T² floats.
 from __future__ import annotations
 
 import threading
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,34 @@ import torch
 from .. import settings
 
 TILE_FLOATS = 1 << 22  # one tile of scores: 4 M floats (16 MB), whatever the length
+HIDDEN = -1e30  # a padded batch's hidden-key score: its weight underflows to exactly 0 (as −inf's), and 0 · HIDDEN = 0
+
+
+def soft_capped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """``scores`` as softcap · tanh(scores / softcap), in place (Gemma 2's logits); as they are when ``softcap`` is
+    None."""
+    return scores if softcap is None else torch.tanh(scores.div_(softcap)).mul_(softcap)
+
+
+def hidden_keys(p: torch.Tensor, j: torch.Tensor, causal, window, n=None) -> torch.Tensor | None:
+    """(…, rows, keys) bool: True where a query at position ``p`` (rows, 1) may not see the key at ``j`` (1, keys):
+    j > p when ``causal``, p − j ≥ ``window`` when one is set, j ≥ ``n`` (padding past a text's n keys) when given.
+    None when no key is hidden. For one text ``causal`` is a bool and ``window`` an int or None; for a padded
+    batch each (and ``n``) is a (B, 1, 1) tensor, one text each (a window of None given as more than the keys).
+    The one rule for which keys a query sees: LayerQK.scores and PaddedQK.scores both ask it."""
+    parts = []
+    if isinstance(causal, torch.Tensor):
+        parts.append(causal & (j > p))
+    elif causal:
+        parts.append(j > p)
+    if window is not None:
+        parts.append(p - j >= window)
+    if n is not None:
+        parts.append(j >= n)
+    hidden = parts[0] if parts else None
+    for part in parts[1:]:
+        hidden = hidden | part
+    return hidden
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,19 +112,12 @@ class LayerQK:
         j = torch.arange(lo, hi)[None, :]  # (1, band) the keys computed
         every = len(heads) == H and bool((heads == torch.arange(H)).all())  # every head in order: views, no copies
         q = (self.q[:, start:stop] if every else self.q[heads, start:stop]).float() * self.scaling  # (h, rows, Dh)
-        k = self.k[:, lo:hi] if every and self.k.shape[0] == H else self.k[heads // (H // self.k.shape[0]), lo:hi]
+        k = self.k[:, lo:hi] if every and self.k.shape[0] == H else self.k[self.key_heads(heads), lo:hi]
         k = k.float()  # (h, band, Dh)
-        scores = torch.matmul(q, k.transpose(-2, -1), out=out)  # (h, rows, band)
-        if self.softcap is not None:
-            scores = torch.tanh(scores.div_(self.softcap)).mul_(self.softcap)
+        scores = soft_capped(torch.matmul(q, k.transpose(-2, -1), out=out), self.softcap)  # (h, rows, band)
         if self.bias is not None:
             scores += self._per_head(self.bias, heads)[:, j - p + (Tk - 1)]  # by offset j − i (i = p − Tk + Tq)
-        hidden = None
-        if self.causal:
-            hidden = j > p  # (rows, band)
-        if self.window is not None:
-            far = p - j >= self.window
-            hidden = far if hidden is None else hidden | far
+        hidden = hidden_keys(p, j, self.causal, self.window)  # (rows, band) or None
         if self.mask is not None:
             m = self._per_head(self.mask, heads)[:, start:stop, lo:hi]  # (h, rows, band)
             if m.dtype == torch.bool:
@@ -105,6 +127,10 @@ class LayerQK:
         if hidden is not None:
             scores.masked_fill_(hidden, float("-inf"))
         return scores
+
+    def key_heads(self, heads: torch.Tensor) -> torch.Tensor:
+        """The key (and value) head each query head of ``heads`` reads: H/Hkv query heads share one."""
+        return heads // (self.shape[0] // self.k.shape[0])
 
     def normaliser(self, heads, start: int, stop: int) -> torch.Tensor:
         """(2, h, rows): each row's largest score m and log Σ exp(scores − m) over its visible keys, for query rows
@@ -133,9 +159,9 @@ class LayerQK:
         when given, is the (H, n, Tk) tensor a tile of n rows is written into."""
         H, Tq, Tk = self.shape
         dtype = v.dtype
-        v = v[torch.arange(H) // (H // v.shape[0])].float()  # (H, Tk, Dv)
+        v = v[torch.arange(H) // (H // v.shape[0])].float()  # (H, Tk, Dv): values shared as the keys are
         out = torch.empty(H, Tq, v.shape[-1])
-        rows = rows or max(1, TILE_FLOATS // (H * Tk))
+        rows = rows or rows_per_tile(H, Tk)
         heads = list(range(H))
         for a in range(0, Tq, rows):
             b = min(a + rows, Tq)
@@ -146,6 +172,44 @@ class LayerQK:
             # a fresh product and its copy take 2.6 + 0.1 ms.
             out[:, a:b] = w @ v  # (H, rows, Dv)
         return out.to(dtype)
+
+
+class PaddedQK:
+    """One layer's LayerQKs of a right-padded batch of self-attention (one per text, cut to its own n_b tokens)
+    as batch tensors, so that any rows of every text's scores come from one product. ``fast`` is False when the
+    texts' recipes differ in more than length, causality and window (a dense mask or bias, another scaling or
+    soft-cap): then read each text's own LayerQK (``layers``)."""
+
+    def __init__(self, layers: list[LayerQK], T: int):
+        first = layers[0]
+        H, Dh = first.shape[0], first.q.shape[-1]
+        self.layers, self.T, self.softcap = layers, T, first.softcap
+        self.fast = all(x.mask is None and x.bias is None and x.scaling == first.scaling and x.softcap == first.softcap
+                        for x in layers)
+        if not self.fast:
+            return
+        self.q = torch.zeros(len(layers), H, T, Dh)  # (B, H, T, Dh); padding rows stay 0
+        self.k = torch.zeros(len(layers), H, T, Dh)  # (B, H, T, Dh)
+        for b, x in enumerate(layers):
+            n = x.shape[1]
+            self.q[b, :, :n] = x.q.float() * first.scaling
+            self.k[b, :, :n] = x.k[x.key_heads(torch.arange(H))].float()  # grouped-query keys repeated
+        self.n = torch.tensor([x.shape[1] for x in layers])[:, None, None]  # (B, 1, 1)
+        self.causal = torch.tensor([x.causal for x in layers])[:, None, None]  # (B, 1, 1)
+        far = [x.window if x.window is not None else T + 1 for x in layers]
+        self.window = torch.tensor(far)[:, None, None]  # (B, 1, 1)
+
+    def scores(self, start: int, stop: int) -> torch.Tensor:
+        """(B, H, rows, T) float32: every text's logits of query rows ``start:stop`` over the batch's T keys,
+        soft-capped, with HIDDEN added where ``hidden_keys`` hides a key (its recipe's, and every key past the
+        text's end). Rows past a text's end are filler."""
+        scores = soft_capped(self.q[:, :, start:stop] @ self.k.transpose(-2, -1), self.softcap)  # (B, H, rows, T)
+        i = torch.arange(start, stop)[:, None]  # (rows, 1) query positions (self-attention: Tq = Tk)
+        j = torch.arange(self.T)[None, :]  # (1, T)
+        hidden = hidden_keys(i, j, self.causal, self.window, self.n)  # (B, rows, T)
+        if bool(hidden.any()):
+            scores += torch.zeros(hidden.shape).masked_fill_(hidden, HIDDEN)[:, None]  # (B, 1, rows, T)
+        return scores
 
 
 def causal_mask(Tq: int, Tk: int | None = None, device=None) -> torch.Tensor:
@@ -165,13 +229,35 @@ def frozen(a, dtype=None) -> np.ndarray:
     return a
 
 
-def block_reduce(x: torch.Tensor, b: int, dim: int, how: str | None = None):
-    """Max and sum of ``x`` over consecutive blocks of ``b`` along ``dim`` (the last block may be shorter); only
-    the max or only the sum when ``how`` is "max" or "sum"."""
+def rows_per_tile(n_heads: int, n_keys: int, block: int = 1, smaller: int = 1) -> int:
+    """The query rows one tile of ``n_heads`` heads over ``n_keys`` keys holds: as many as fit TILE_FLOATS
+    (``smaller`` times fewer, for a tile that many passes read), whole blocks of ``block`` rows, at least one
+    block. The one rule for every tile."""
+    return max(block, TILE_FLOATS // smaller // (n_heads * n_keys) // block * block)
+
+
+def tensor_view(a) -> torch.Tensor:
+    """``a`` (an array) as a tensor sharing its memory, a read-only array included: for reading only."""
+    a = np.ascontiguousarray(a)
+    if a.flags.writeable:
+        return torch.from_numpy(a)
+    with warnings.catch_warnings():  # torch warns that writes would reach the array: none are made
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(a)
+
+
+def block_reduce(x: torch.Tensor, b, dim: int, how: str | None = None):
+    """Max and sum of ``x`` over consecutive blocks along ``dim``; only the max, min or sum when ``how`` is "max",
+    "min" or "sum". ``b`` is a block length (every block that long, the last maybe shorter) or the blocks' start
+    positions (a list or array, the first 0: blocks of any lengths). The one pooling function: ``Weights.pooled``,
+    the long-text survey and the figures' mosaics all reduce through it."""
     dim = dim % x.ndim
     n = x.shape[dim]
+    if not isinstance(b, (int, np.integer)):
+        return _uneven_reduce(x, np.asarray(b, np.int64), dim, how)
     full = n // b
-    ops = [op for name, op in (("max", torch.amax), ("sum", torch.sum)) if how in (None, name)]
+    ops = [op for name, op in (("max", torch.amax), ("min", torch.amin), ("sum", torch.sum))
+           if how == name or (how is None and name != "min")]
     parts = []
     if full:
         main = x.narrow(dim, 0, full * b)
@@ -181,6 +267,29 @@ def block_reduce(x: torch.Tensor, b: int, dim: int, how: str | None = None):
         rest = x.narrow(dim, full * b, n - full * b)
         parts.append([op(rest, dim, keepdim=True) for op in ops])
     out = parts[0] if len(parts) == 1 else [torch.cat(p, dim) for p in zip(*parts)]
+    return out[0] if how is not None else tuple(out)
+
+
+def _uneven_reduce(x: torch.Tensor, starts: np.ndarray, dim: int, how: str | None):
+    """``block_reduce`` over blocks beginning at ``starts``: blocks of one length take its fast path; others are
+    gathered to the longest block's length, a shorter block repeating its last position (left out of a sum)."""
+    n = x.shape[dim]
+    lengths = np.diff(np.append(starts, n))  # (s,)
+    if len(starts) == 1 or (np.all(starts == np.arange(len(starts)) * lengths[0]) and lengths[-1] <= lengths[0]):
+        return block_reduce(x, int(lengths[0]), dim, how)
+    width = int(lengths.max())
+    offsets = np.minimum(np.arange(width)[None, :], lengths[:, None] - 1)  # (s, width)
+    index = torch.from_numpy(starts[:, None] + offsets).flatten()  # (s · width,)
+    blocks = x.index_select(dim, index).unflatten(dim, (len(starts), width))  # (…, s, width, …)
+    out = []
+    for name in ("max", "min", "sum"):
+        if how == name or (how is None and name != "min"):
+            if name == "sum":
+                keep = torch.from_numpy(np.arange(width)[None, :] < lengths[:, None])  # (s, width)
+                keep = keep.reshape(keep.shape + (1,) * (x.ndim - dim - 1)).to(x.dtype)
+                out.append((blocks * keep).sum(dim + 1))
+            else:
+                out.append((torch.amax if name == "max" else torch.amin)(blocks, dim + 1))
     return out[0] if how is not None else tuple(out)
 
 
@@ -207,7 +316,7 @@ class Weights:
         raise NotImplementedError
 
     def rows_per_tile(self, n_heads: int = 1) -> int:
-        return max(1, TILE_FLOATS // (n_heads * self.shape[3]))
+        return rows_per_tile(n_heads, self.shape[3])
 
     def spans(self, n_heads: int = 1) -> list[tuple[int, int]]:
         """(start, stop) of every run of query rows that one tile of ``n_heads`` heads holds, in order."""
@@ -256,7 +365,7 @@ class Weights:
         L, H, Tq, Tk = self.shape
         bq, bk = -(-Tq // size), -(-Tk // size)  # block sizes
         out = torch.empty(L, H, -(-Tq // bq), -(-Tk // bk))
-        step = max(bq, self.rows_per_tile(H) // bq * bq)
+        step = rows_per_tile(H, Tk, bq)  # whole row blocks per tile
         how = "max" if reduce == "max" else "sum"
         with torch.inference_mode():
             for layer in range(L):

@@ -15,17 +15,17 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..analysis.heads import STATS, head_stats, is_punctuation, key_masks
+from ..analysis.heads import PER_ROW, HEAD_STATS, head_stats, is_punctuation, key_masks, row_means, row_sums
 from ..backends.common import check_text, encode
 from ..capture.record import record
 from ..core.tokens import clean
 from ..core.trace import AttentionTrace
+from ..core.weights import PaddedQK, rows_per_tile
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
 BATCH_TEXTS = 16
 BATCH_TOKENS = 8192  # a batch holds at most this many padded positions
-STATS_TILE_FLOATS = 1 << 20  # rows of a batch's weights at a time: the dozen passes over them stay in cache
-HIDDEN = -1e30  # added to a hidden key's score: its weight underflows to exactly 0, as with −inf, and 0 · HIDDEN = 0
+CACHED_TILE = 4  # a batch's tile is this much smaller than TILE_FLOATS: the dozen passes over it stay in cache
 STOP_WORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being below between both but
 by can could did do does doing down during each few for from further had has have having he her here hers herself
@@ -41,7 +41,7 @@ CATEGORIES = {
     "word_piece": "word pieces: tokens that continue a word",
     "number": "numbers",
 }
-NAMES = (*STATS, *CATEGORIES)  # every per-head statistic a corpus run keeps
+NAMES = (*HEAD_STATS, *CATEGORIES)  # every per-head statistic a corpus run keeps
 
 
 
@@ -78,58 +78,26 @@ def batchable(backend) -> bool:
     return type(backend) is BuiltinModel
 
 
-class _Padded:
-    """One layer's LayerQKs of a padded batch (one per text, cut to its n_b tokens) as batch tensors, so that
-    any rows of every text's weights come from one product and one softmax."""
-
-    def __init__(self, layers: list, T: int):
-        first = layers[0]
-        H, Dh = first.shape[0], first.q.shape[-1]
-        self.layers, self.T = layers, T
-        # one batched path when the texts' recipes differ only in length, causality and window (no dense mask or bias)
-        self.fast = all(x.mask is None and x.bias is None and x.scaling == first.scaling and x.softcap == first.softcap
-                        for x in layers)
-        if not self.fast:
-            return
-        self.q = torch.zeros(len(layers), H, T, Dh)  # (B, H, T, Dh); padding rows stay 0
-        self.k = torch.zeros(len(layers), H, T, Dh)  # (B, H, T, Dh)
-        for b, x in enumerate(layers):
+def _rows(padded: PaddedQK, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Query rows ``start:stop`` of each text's weights in a padded batch (what ``LayerQK.weights`` gives), zero on
+    the keys past its end, (B, H, rows, T) float32; their row entropies and largest weights (B, H, rows). Rows
+    past a text's end are filler."""
+    B, T, H = len(padded.layers), padded.T, padded.layers[0].shape[0]
+    if not padded.fast:
+        w = torch.zeros(B, H, stop - start, T)
+        for b, x in enumerate(padded.layers):
             n = x.shape[1]
-            self.q[b, :, :n] = x.q.float() * first.scaling
-            self.k[b, :, :n] = x.k[torch.arange(H) // (H // x.k.shape[0])].float()  # grouped-query keys repeated
-        self.n = torch.tensor([x.shape[1] for x in layers])[:, None, None]  # (B, 1, 1)
-        self.causal = torch.tensor([x.causal for x in layers])[:, None, None]  # (B, 1, 1)
-        far = [x.window if x.window is not None else T + 1 for x in layers]
-        self.window = torch.tensor(far)[:, None, None]  # (B, 1, 1)
-
-    def rows(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Query rows ``start:stop`` of each text's weights (what ``LayerQK.weights`` gives), zero on the keys past
-        its end, (B, H, rows, T) float32; their row entropies and largest weights (B, H, rows). Rows past a text's
-        end are filler."""
-        B, T, H = len(self.layers), self.T, self.layers[0].shape[0]
-        if not self.fast:
-            w = torch.zeros(B, H, stop - start, T)
-            for b, x in enumerate(self.layers):
-                n = x.shape[1]
-                if start < n:  # the recipe's own exact path, text by text
-                    w[b, :, : min(stop, n) - start, :n] = x.weights(list(range(H)), start, min(stop, n))
-            return w, -torch.special.xlogy(w, w).sum(-1), w.amax(-1)
-        scores = self.q[:, :, start:stop] @ self.k.transpose(-2, -1)  # (B, H, rows, T)
-        softcap = self.layers[0].softcap
-        if softcap is not None:
-            scores = torch.tanh(scores.div_(softcap)).mul_(softcap)
-        i = torch.arange(start, stop)[:, None]  # (rows, 1) query positions (self-attention: Tq = Tk)
-        j = torch.arange(T)[None, :]  # (1, T)
-        hidden = (j >= self.n) | (self.causal & (j > i)) | (i - j >= self.window)  # (B, rows, T)
-        if bool(hidden.any()):
-            scores += torch.zeros(hidden.shape).masked_fill_(hidden, HIDDEN)[:, None]  # (B, 1, rows, T)
-        # softmax by hand: with u = s − max_j s, a row's largest weight is 1 / Σ e^u and its entropy
-        # −Σ α ln α = ln Σ e^u − Σ α u, with no log per weight (a hidden key has e^u = 0 exactly, and α u = 0)
-        u = scores.sub_(scores.amax(-1, keepdim=True))
-        w = u.exp()
-        z = w.sum(-1, keepdim=True)  # (B, H, rows, 1)
-        w /= z
-        return w, z[..., 0].log() - (w * u).sum(-1), z[..., 0].reciprocal()
+            if start < n:  # the recipe's own exact path, text by text
+                w[b, :, : min(stop, n) - start, :n] = x.weights(list(range(H)), start, min(stop, n))
+        return w, -torch.special.xlogy(w, w).sum(-1), w.amax(-1)
+    scores = padded.scores(start, stop)  # (B, H, rows, T)
+    # softmax by hand: with u = s − max_j s, a row's largest weight is 1 / Σ e^u and its entropy
+    # −Σ α ln α = ln Σ e^u − Σ α u, with no log per weight (a hidden key has e^u = 0 exactly, and α u = 0)
+    u = scores.sub_(scores.amax(-1, keepdim=True))
+    w = u.exp()
+    z = w.sum(-1, keepdim=True)  # (B, H, rows, 1)
+    w /= z
+    return w, z[..., 0].log() - (w * u).sum(-1), z[..., 0].reciprocal()
 
 
 def padded_head_stats(layers: list[list], keys: dict[str, torch.Tensor], lengths: list[int],
@@ -144,35 +112,24 @@ def padded_head_stats(layers: list[list], keys: dict[str, torch.Tensor], lengths
     B, L, (H, _, _) = len(layers), len(layers[0]), layers[0][0].shape
     T = max(lengths)
     n = torch.tensor(lengths)[:, None]  # (B, 1)
-    masks = torch.stack([m.float() for m in keys.values()], dim=-1)[:, None]  # (B, 1, T, K)
-    per_row = ("entropy", "entropy_norm", "distance", "max", "prev", "self", "next")
-    sums = torch.zeros(len(per_row), B, L, H, dtype=torch.float64)
-    shares = torch.zeros(B, L, H, len(keys), dtype=torch.float64)  # (B, L, H, K)
-    step = max(1, STATS_TILE_FLOATS // (B * H * T))
+    masks = torch.stack([m.float() for m in keys.values()], dim=-1)  # (B, T, K)
+    sums = torch.zeros(len(PER_ROW) + len(keys), B, L, H, dtype=torch.float64)
+    step = rows_per_tile(B * H, T, smaller=CACHED_TILE)
     with torch.inference_mode():
         for layer in range(L):
-            padded = _Padded([x[layer] for x in layers], T)
+            padded = PaddedQK([x[layer] for x in layers], T)
             for a in range(0, T, step):
                 z = min(a + step, T)
-                w, ent, top = padded.rows(a, z)  # (B, H, rows, T), (B, H, rows), (B, H, rows)
+                w, ent, top = _rows(padded, a, z)  # (B, H, rows, T), (B, H, rows), (B, H, rows)
                 r = torch.arange(a, z)[None, :]  # (1, rows)
                 real = r < n  # (B, rows): the text's own queries
                 if min(lengths) < z:  # filler rows in this tile: 0, so sums over all rows are over real ones
                     w *= real[:, None, :, None]
                     ent, top = ent * real[:, None], top * real[:, None]
                 attendable = (r + 1) if decoder else n  # (B or 1, rows or 1)
-                norm = torch.where(real & (attendable > 1), 1 / torch.log(attendable.clamp(min=2).float()), 0)
-                gap = (r[0][:, None] - torch.arange(T)[None, :]).abs().float()  # (rows, T)
-                rows = torch.stack([ent, ent * norm[:, None], (w * gap).sum(-1), top])  # (4, B, H, rows)
-                sums[:4, :, layer] += rows.sum(-1, dtype=torch.float64)
-                for s, offset in enumerate((-1, 0, 1), 4):  # α_i,i+offset: 0 where i + offset is past the text
-                    sums[s, :, layer] += torch.diagonal(w, a + offset, dim1=-2, dim2=-1).sum(-1, dtype=torch.float64)
-                shares[:, layer] += (w.sum(2, keepdim=True) @ masks)[:, :, 0]  # (B, H, K): weight each key receives, by mask
-    nb = n.double()[:, :, None]  # (B, 1, 1)
-    count = {"entropy_norm": nb - 1 if decoder else torch.where(nb > 1, nb, 0), "prev": nb - 1, "next": nb - 1}
-    totals = {**dict(zip(per_row, sums)), **dict(zip(keys, shares.permute(3, 0, 1, 2)))}
-    return {name: torch.where(count.get(name, nb) > 0, total / count.get(name, nb).clamp(min=1), total).numpy()
-            for name, total in totals.items()}
+                inv_log_n = torch.where(real & (attendable > 1), 1 / torch.log(attendable.clamp(min=2).float()), 0)
+                sums[:, :, layer] += row_sums(w, a, masks, inv_log_n, ent, top)  # (7 + K, B, H)
+    return row_means(dict(zip((*PER_ROW, *keys), sums)), n.double()[:, :, None], decoder)
 
 
 def _padded_batch(backend, encs: list) -> dict[str, np.ndarray]:

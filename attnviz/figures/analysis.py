@@ -7,7 +7,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, safe, token_grid_layout, top_title
+from .common import NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, head_points, safe, token_grid_layout, top_title
 
 DIVERGING = "RdBu_r"  # signed values: blue below zero, red above, white at zero
 RELEVANCE_RGB = "214, 39, 40"  # the text's highlight colour; alpha carries the relevance
@@ -31,17 +31,9 @@ def head_map(values: np.ndarray, title: str, zrange: tuple[float, float] | None 
         [
             go.Heatmap(z=values, zmin=zrange[0], zmax=zrange[1], colorscale=colorscale,
                        colorbar=dict(title=name), hoverinfo="skip"),
-            go.Scatter(
-                x=head, y=layer, customdata=np.stack([layer, head], 1),  # (L·H, 2)
-                text=[f"{v:.4g}" for v in values.ravel()],
-                mode="markers",
-                marker=dict(size=max(8, 300 // H), symbol="square", color="rgba(0,0,0,0)"),
-                selected=dict(marker=dict(opacity=0)),
-                unselected=dict(marker=dict(opacity=0)),
-                hovertemplate=f"layer %{{customdata[0]}}, head %{{customdata[1]}}<br>{name} %{{text}}"
-                              "<br>click to open<extra></extra>",
-                showlegend=False,
-            ),
+            head_points(head, layer, H, f"layer %{{customdata[0]}}, head %{{customdata[1]}}<br>{name} %{{text}}"
+                        "<br>click to open<extra></extra>",
+                        customdata=np.stack([layer, head], 1), text=[f"{v:.4g}" for v in values.ravel()]),  # (L·H, 2)
         ],
         layout=dict(
             title=title,

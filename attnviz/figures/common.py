@@ -1,10 +1,38 @@
-"""Pieces every figure shares: safe labels and the probability colour scale."""
+"""Pieces every figure shares: safe labels and the probability colour scale (and its 256-level table)."""
 
 from __future__ import annotations
 
 import html
+from functools import lru_cache
+
+import numpy as np
+import plotly.colors
+import plotly.graph_objects as go
 
 PROB_SCALE = "Blues"  # attention weights: 0 white, 1 dark, fixed range 0–1
+
+
+@lru_cache(maxsize=1)
+def lut() -> np.ndarray:
+    """(256, 3) uint8: the probability colour scale sampled at 256 levels (every image of weights: the mosaics,
+    the long-text overview, the notebook)."""
+    colours = plotly.colors.sample_colorscale(PROB_SCALE, np.linspace(0, 1, 256).tolist(), colortype="tuple")
+    return np.rint(np.array(colours) * 255).astype(np.uint8)
+
+
+def click_points(x, y, hovertemplate: str, size: int = 8, **more) -> go.Scatter:
+    """Invisible square points, one on each cell of a grid, that take a click and show ``hovertemplate`` (plotly
+    selects points, not heatmap cells or image pixels; a point with no hover takes no click); ``more``: customdata,
+    text."""
+    return go.Scatter(x=x, y=y, mode="markers", marker=dict(size=size, symbol="square", color="rgba(0,0,0,0)"),
+                      selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0)),
+                      hovertemplate=hovertemplate, showlegend=False, **more)
+
+
+def head_points(x, y, n_heads: int, hovertemplate: str, **more) -> go.Scatter:
+    """``click_points`` for a grid of heads, layer-major (``attnviz.ui.heads.clicked_head`` reads a click on
+    point i as head i), sized to the grid's ``n_heads`` columns."""
+    return click_points(x, y, hovertemplate, max(8, 300 // n_heads), **more)
 
 
 def safe(labels) -> list[str]:

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import NUMBERS_LEFT, SIDE_KEY, safe, top_title
+from .common import NUMBERS_LEFT, SIDE_KEY, click_points, safe, top_title
 
 BEFORE, AFTER = "#8c8c8c", "#d62728"  # grey: as it is; red: edited
 
@@ -45,10 +45,7 @@ def clickable_cells(fig: go.Figure, q_labels, k_labels) -> go.Figure:
     click selects a cell (plotly selects points, not heatmap cells)."""
     q, k = np.divmod(np.arange(len(q_labels) * len(k_labels)), len(k_labels))  # (Tq·Tk,) each point's cell
     ys, xs = np.asarray(safe(q_labels), object), np.asarray(safe(k_labels), object)
-    fig.add_trace(go.Scatter(x=xs[k], y=ys[q], mode="markers", showlegend=False,  # hover-less points take no click
-                             hovertemplate="query %{y}<br>key %{x}<br>click to knock it out<extra></extra>",
-                             marker=dict(size=8, symbol="square", color="rgba(0,0,0,0)"),
-                             selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0))))
+    fig.add_trace(click_points(xs[k], ys[q], "query %{y}<br>key %{x}<br>click to knock it out<extra></extra>"))
     fig.update_layout(dragmode=False, hovermode="closest")
     return fig
 

@@ -5,16 +5,14 @@ pooled blocks, never T×T cells; lines send positions implicitly (x0, dx)."""
 from __future__ import annotations
 
 import html
-from functools import lru_cache
 
 import numpy as np
-import plotly.colors
 import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
 from ..core.tokens import clean
-from .common import (EDGE, KEY_BELOW, KEY_UNDER, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE,
-                     SIDE_KEY, labels_margin, right_of_key_under, safe, top_title)
+from .common import (EDGE, KEY_BELOW, KEY_UNDER, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE, lut,
+                     SIDE_KEY, head_points, labels_margin, right_of_key_under, safe, top_title)
 
 OVERVIEW_PIXELS = 100_000  # the mosaic's pixel budget: ≲ 0.35 MB of PNG (noise-like maps) for any number of heads
 QUANTILE = 99.5  # colour ranges run up to this percentile of what is drawn, written on the figure
@@ -35,13 +33,6 @@ def colour_top(values: np.ndarray) -> float:
     return max(float(np.percentile(values, QUANTILE)), 1e-6)
 
 
-@lru_cache(maxsize=1)
-def _lut() -> np.ndarray:
-    """(256, 3) uint8: the probability colour scale at 256 levels."""
-    colours = plotly.colors.sample_colorscale(PROB_SCALE, np.linspace(0, 1, 256).tolist(), colortype="tuple")
-    return np.rint(np.array(colours) * 255).astype(np.uint8)
-
-
 def _levels(x: np.ndarray, top: float) -> np.ndarray:
     return np.rint(np.clip(np.asarray(x, np.float32) / top, 0, 1) * 255).astype(np.uint8)
 
@@ -53,7 +44,7 @@ def head_mosaic(pooled: np.ndarray, reduce: str, n_tokens: int, block: int, sele
     top = colour_top(pooled)
     pitch = s + 1  # a tile and its white gap
     image = np.full((L, H, pitch, pitch, 3), 255, np.uint8)
-    image[:, :, :s, :s] = _lut()[_levels(pooled, top)]
+    image[:, :, :s, :s] = lut()[_levels(pooled, top)]
     image = image.transpose(0, 2, 1, 3, 4).reshape(L * pitch, H * pitch, 3)[:-1, :-1]  # (L·pitch−1, H·pitch−1, 3)
     layer, head = np.divmod(np.arange(L * H), H)  # (L·H,)
     centre = (s - 1) / 2
@@ -65,13 +56,9 @@ def head_mosaic(pooled: np.ndarray, reduce: str, n_tokens: int, block: int, sele
                            line=dict(color="#d62728", width=2)))
     return go.Figure([
         go.Image(source=image_array_to_data_uri(image), hoverinfo="skip"),
-        go.Scatter(
-            x=head * pitch + centre, y=layer * pitch + centre, customdata=np.stack([layer, head], 1),  # (L·H, 2)
-            mode="markers", marker=dict(size=max(8, 300 // H), symbol="square", color="rgba(0,0,0,0)"),
-            selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0)),
-            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>click to open<extra></extra>",
-            showlegend=False,
-        ),
+        head_points(head * pitch + centre, layer * pitch + centre, H,
+                    "layer %{customdata[0]}, head %{customdata[1]}<br>click to open<extra></extra>",
+                    customdata=np.stack([layer, head], 1)),  # (L·H, 2)
     ], layout=dict(
         title=f"all {L} layers × {H} heads over {n_tokens:,} tokens · {REDUCES[reduce]} of "
               f"{block:,}-token blocks · dark = {top:.3g} or more ({QUANTILE}th percentile) · click a head",

@@ -7,35 +7,27 @@ invisible scatter puts one point on each tile; selecting it gives ``customdata =
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 import plotly.colors
 import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
+from ..core.weights import block_reduce, tensor_view
 from .view import colour_position, colour_tops
-from .common import NUMBERS_LEFT, PROB_SCALE, top_title
+from .common import NUMBERS_LEFT, head_points, lut, top_title
 
 TILE = 64  # pixels per tile side at most; more than a tile ever gets on screen in a 12-head row
 MASK_COLOUR = "#d9d9d9"  # cells a causal model cannot attend to (future tokens), here and in the heatmaps
 
 
-@lru_cache(maxsize=1)
-def _lut() -> np.ndarray:
-    """(256, 3) uint8: the probability colour scale sampled at 256 levels."""
-    colours = plotly.colors.sample_colorscale(PROB_SCALE, np.linspace(0, 1, 256).tolist(), colortype="tuple")
-    return np.rint(np.array(colours) * 255).astype(np.uint8)
-
-
 def max_pool(a: np.ndarray, size: int, axis: int, op=np.maximum) -> np.ndarray:
-    """``a`` shrunk to ``size`` along ``axis`` by ``op`` over contiguous, nearly equal blocks."""
+    """``a`` shrunk to ``size`` along ``axis`` by ``op`` (np.maximum or np.minimum) over contiguous, nearly equal
+    blocks (``block_reduce`` over blocks starting at k·n // size)."""
     n = a.shape[axis]
     if size >= n:
         return a
-    if n % size == 0:  # equal blocks: a reshape is several times faster than reduceat
-        return op.reduce(a.reshape(a.shape[:axis] + (size, n // size) + a.shape[axis + 1:]), axis=axis + 1)
-    return op.reduceat(a, (np.arange(size) * n) // size, axis=axis)
+    how = {np.maximum: "max", np.minimum: "min"}[op]
+    return block_reduce(tensor_view(a), (np.arange(size) * n) // size, axis, how).numpy()
 
 
 def mosaic(attn: np.ndarray, masked: np.ndarray | None = None, log_scale: bool = False, tile: int = TILE,
@@ -48,7 +40,7 @@ def mosaic(attn: np.ndarray, masked: np.ndarray | None = None, log_scale: bool =
     pooled = max_pool(max_pool(np.asarray(attn, np.float32), tile, 2), tile, 3)  # (L, H, Sq, Sk)
     Sq, Sk = pooled.shape[2:]
     top = 1.0 if full_range or log_scale else colour_tops(pooled)[..., None, None]  # (L, H, 1, 1)
-    rgb = _lut()[np.rint(colour_position(pooled, log_scale, top) * 255).astype(np.uint8)]  # (L, H, Sq, Sk, 3)
+    rgb = lut()[np.rint(colour_position(pooled, log_scale, top) * 255).astype(np.uint8)]  # (L, H, Sq, Sk, 3)
     if masked is not None:
         # A pixel is grey only when its whole block is masked.
         blocks = max_pool(max_pool(np.asarray(masked, np.uint8), tile, 0, np.minimum), tile, 1, np.minimum)
@@ -82,17 +74,9 @@ def head_grid(attn: np.ndarray, masked: np.ndarray | None = None, selected: tupl
     return go.Figure(
         [
             go.Image(source=image_array_to_data_uri(image), hoverinfo="skip"),
-            go.Scatter(
-                x=head * sk + (sk - 2) / 2,
-                y=layer * sq + (sq - 2) / 2,
-                customdata=np.stack([layer, head], 1),  # (L·H, 2)
-                mode="markers",
-                marker=dict(size=max(8, 300 // H), symbol="square", color="rgba(0,0,0,0)"),
-                selected=dict(marker=dict(opacity=0)),
-                unselected=dict(marker=dict(opacity=0)),
-                hovertemplate="layer %{customdata[0]}, head %{customdata[1]}<br>click to open<extra></extra>",
-                showlegend=False,
-            ),
+            head_points(head * sk + (sk - 2) / 2, layer * sq + (sq - 2) / 2, H,
+                        "layer %{customdata[0]}, head %{customdata[1]}<br>click to open<extra></extra>",
+                        customdata=np.stack([layer, head], 1)),  # (L·H, 2)
         ],
         layout=dict(
             title=title,

@@ -7,7 +7,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import LEGEND_BELOW, NUMBERS_LEFT, top_title
+from .common import LEGEND_BELOW, NUMBERS_LEFT, head_points, top_title
 
 # One colour per role (Plotly's qualitative "D3" palette), the same on every model whichever roles it has.
 ROLE_COLOURS = {"previous": "#1f77b4", "induction": "#d62728", "duplicate": "#ff7f0e", "sink": "#7f7f7f",
@@ -39,15 +39,10 @@ def role_grid(scores: dict[str, np.ndarray], labels: dict[str, str], title: str)
             text=[[f"{v:.2f}".lstrip("0") for v in row] for row in top], texttemplate="%{text}",
             textfont=dict(size=10 if H > 8 else 13),
         ),
-        go.Scatter(
-            x=head, y=layer, customdata=np.column_stack([layer, head, stack.reshape(R, -1).T]),  # (L·H, 2 + R)
-            text=[labels[names[i]] for i in best.ravel()], mode="markers",
-            marker=dict(size=max(8, 300 // H), symbol="square", color="rgba(0,0,0,0)"),
-            selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0)),
-            hovertemplate=f"layer %{{customdata[0]}}, head %{{customdata[1]}}: %{{text}}<br>{every}"
-                          "<br>click to open<extra></extra>",
-            showlegend=False,
-        ),
+        head_points(head, layer, H, f"layer %{{customdata[0]}}, head %{{customdata[1]}}: %{{text}}<br>{every}"
+                    "<br>click to open<extra></extra>",
+                    customdata=np.column_stack([layer, head, stack.reshape(R, -1).T]),  # (L·H, 2 + R)
+                    text=[labels[names[i]] for i in best.ravel()]),
         *legend,
     ], layout=dict(
         title=heading,

@@ -50,10 +50,13 @@ def side(stack) -> Side:
     return Side(stack.tokens, stack.special, stack.word_ids)
 
 
-def stacks(trace) -> dict:
-    """name -> (attn (L, H, Tq, Tk), query Side, key Side, causal) for every attention a trace holds."""
+def dense_stacks(trace) -> dict:
+    """name -> (attn (L, H, Tq, Tk) every weight, query Side, key Side, causal) for every attention a trace holds."""
     return {name: (s.weights.dense(), side(s.queries), side(s.keys), s.causal)
             for name, s in trace_stacks(trace).items()}
+
+
+stacks = dense_stacks  # the old name, which pages/1_Attention.py still imports
 
 
 def head_view(stack, layer: int, head: int | None, options: Options) -> StackView:

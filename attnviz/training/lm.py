@@ -40,7 +40,7 @@ TEMPLATES = (
 WORDS = sorted({w for t in TEMPLATES for w in t.split() if not w.startswith("{")}
                | {w for p in PLACES for w in p.split()} | set(NAMES) | set(NOUNS) | set(ADJECTIVES) | set(VERBS))
 VOCAB = Vocab([*SPECIALS, *WORDS])
-PROBE = "anna saw the red ball . then ben found the box in the garden . anna saw the red"
+PROMPT = "anna saw the red ball . then ben found the box in the garden . anna saw the red"
 
 
 def sentence(rng: random.Random) -> list[str]:

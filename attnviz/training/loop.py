@@ -34,7 +34,7 @@ class TrainConfig:
     max_len: int = 64
     lr: float = 3e-3
     warmup: int = 100
-    eval_every: int = 250  # held-out evaluation (and the callback's probe model) every so many steps
+    eval_every: int = 250  # held-out evaluation (and the callback's model) every so many steps
     eval_size: int = 400
     log_every: int = 10  # the callback runs every so many steps, and at every evaluation
     seed: int = 0

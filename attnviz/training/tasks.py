@@ -37,7 +37,7 @@ class Task:
     source: Vocab
     target: Vocab | None = None
     labels: tuple[str, ...] = ()
-    probe: str  # the example the Train page shows while training
+    preview: str  # the text the Train page shows the model on while training
 
     def example(self, rng: random.Random) -> Example:
         raise NotImplementedError
@@ -53,7 +53,7 @@ class Sentiment(Task):
 
     name, kind = "sentiment", "classifier"
     labels = ("negative", "positive")
-    probe = "Honestly, the new film was not very good, and it was long."
+    preview = "Honestly, the new film was not very good, and it was long."
 
     OPENERS = ("", "honestly ,", "i think", "overall ,", "frankly ,", "in my opinion ,", "well ,", "to be fair ,")
     ADJECTIVES = ("", "new", "old", "long", "short", "big", "small", "loud", "quiet", "busy", "red", "local")
@@ -109,7 +109,7 @@ class Dates(Task):
     """Dates written the ways people write them -> ISO 8601; year, month and day each align to one source word."""
 
     name, kind = "dates", "translator"
-    probe = "Friday, the 5th of March 2021"
+    preview = "Friday, the 5th of March 2021"
 
     # {D} day number, {Dth} ordinal day, {M} month name, {Mon} abbreviation, {Y} year.
     FORMATS = ("{D} {M} {Y}", "{M} {D}, {Y}", "the {Dth} of {M} {Y}", "{Mon} {D} {Y}", "{Dth} {M} {Y}",

@@ -24,7 +24,7 @@ import plotly.colors
 from plotly.utils import image_array_to_data_uri
 
 from ..analysis.long import block_size, window as long_window
-from ..figures.common import PROB_SCALE
+from ..figures.common import lut
 from ..figures.long import overview_size
 from ..figures.overview import MASK_COLOUR, TILE, max_pool, mosaic
 from ..core.outputs import from_attentions
@@ -37,13 +37,6 @@ DETAIL = 256  # blocks a side of a long head at block resolution (as the Long te
 WINDOW_MAX = 256  # tokens a side of a long text's exact window
 STATIC_PIXELS = 256  # the most pixels a side of the static head image
 INSTALL = "the notebook explorer needs anywidget: pip install 'attnviz[notebook]' (or -r requirements-notebook.txt)"
-
-
-@lru_cache(maxsize=1)
-def lut() -> np.ndarray:
-    """(256, 3) uint8: the app's probability colour scale at 256 levels."""
-    colours = plotly.colors.sample_colorscale(PROB_SCALE, np.linspace(0, 1, 256).tolist(), colortype="tuple")
-    return np.rint(np.array(colours) * 255).astype(np.uint8)
 
 
 def head_name(layer: int, head: int | None, n_heads: int) -> str:
