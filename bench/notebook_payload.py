@@ -7,6 +7,8 @@ pass over every head for the overview), and the time to answer a click on anothe
 
 import time
 
+import common  # noqa: F401  (puts the repo root on sys.path: the bench runs from a clone, not an install)
+
 import attnviz
 from attnviz.data import CORPUS
 
