@@ -361,17 +361,21 @@ def frame(title: str, tracer=None, whole: bool = False) -> Frame:
         log.exception("trace failed for %s", key)
         st.error(plain(share.fault(key, e)))
         st.stop()
-    status(trace, None if whole or tracer is not None else settings.page_tokens())
+    status(trace, None if whole or tracer is not None else settings.page_tokens(), model.limit(max_tokens()))
     unknown_note(trace, key)
     return Frame(key, model, text, trace)
 
 
-def status(trace, page_cap: int | None = None) -> None:
-    """One line: model, kind, token count and what was truncated (by the model's positions or this page's cap)."""
+def status(trace, page_cap: int | None = None, limit: int | None = None) -> None:
+    """One line: model, kind, token count and what was truncated (by the model's positions or this page's cap).
+
+    ``limit``: the most tokens the model takes in the app (``model.limit(max_tokens())``; default the app's limit):
+    a page's cap at or above it cuts nothing the model would have read."""
     stacks = [trace] if trace.kind != "encoder-decoder" else [trace.encoder, trace.decoder]
     counts = " → ".join(str(s.n_tokens) for s in stacks)
     line = f"**{plain(trace.model)}** · {trace.kind} · {counts} tokens"
-    if trace.truncated and page_cap is not None and stacks[0].n_tokens == min(page_cap, max_tokens()) < max_tokens():
+    limit = max_tokens() if limit is None else limit
+    if trace.truncated and page_cap is not None and stacks[0].n_tokens == min(page_cap, limit) < limit:
         line += (f" · ⚠️ this page reads the first {stacks[0].n_tokens:,} tokens and leaves {trace.truncated:,} out: "
                  "it draws every position cell by cell (ATTNVIZ_PAGE_TOKENS raises it); the Attention page "
                  "explores the whole text")
