@@ -11,9 +11,8 @@ from functools import partial
 from typing import NamedTuple
 
 import numpy as np
-import streamlit as st
-
 import pandas as pd
+import streamlit as st
 
 from attnviz import analysis
 from attnviz.backends import footprint
