@@ -335,11 +335,11 @@ def report(result: dict) -> str:
         rows = []
         for n, r in result["small"].items():
             get = lambda name, k="drawn_s": ms(r[name][k]) if name in r else "cannot (869 MB of HTML)"  # noqa: E731
-            detail = r["attention"].get("detail_s")
-            rows.append([n, ms(r["attention"]["overview_s"]), "cell by cell" if detail is None else ms(detail),
+            rows.append([n, ms(r["attention"]["overview_s"]), ms(r["attention"]["detail_s"]),
                          get("head_view"), get("model_view")])
-        out += table("Browser, MiniLM: ms from submit to drawn, Attention page (median of rounds; bertviz: opening "
-                     "its HTML)", ["tokens", "overview", "pooled detail", "bertviz head view", "bertviz model view"], rows)
+        out += table(f"Browser, MiniLM: ms from submit to drawn, Attention page (cell by cell up to {CELLS} tokens, the "
+                     "block map and window past it; median of rounds; bertviz: opening its HTML)",
+                     ["tokens", "overview", "detail", "bertviz head view", "bertviz model view"], rows)
     rows = []
     for n, r in result.get("long", {}).items():
         rows.append([f"{int(n):,}", f"{r['overview_s']:.2f}", f"{r['detail_s']:.2f}", f"{r['forward_s']:.2f}",
