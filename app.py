@@ -23,6 +23,7 @@ from attnviz.ui.share import chart_config, downloads  # noqa: E402
 from attnviz.figures.view import head_view  # noqa: E402
 
 PAGES = sorted(Path(__file__).parent.glob("pages/[0-9]*_*.py"), key=lambda p: int(p.name.split("_")[0]))  # 2 before 10
+HIDDEN = {"9_Long_text.py"}  # old links' pages, out of the menu: the Long text page now opens the Attention page
 
 
 def home() -> None:
@@ -48,4 +49,5 @@ def home() -> None:
 
 # expanded: Streamlit would fold a list of more than ten pages behind "View more", hiding the newest ones
 st.navigation([st.Page(home, title="Home", default=True),
-               *(st.Page(str(p.relative_to(Path(__file__).parent))) for p in PAGES)], expanded=True).run()
+               *(st.Page(str(p.relative_to(Path(__file__).parent)), visibility="hidden" if p.name in HIDDEN else "visible")
+                 for p in PAGES)], expanded=True).run()

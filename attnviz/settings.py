@@ -68,7 +68,7 @@ def max_model_mb() -> float:
 
 
 LIBRARY_MAX_TOKENS = 32_768
-APP_MAX_TOKENS = 512  # the app's pages show every head at once, cell by cell
+APP_MAX_TOKENS = 16_384  # the app's Attention page pools a long text and zooms in; the other pages read PAGE_TOKENS
 
 
 def max_tokens(default: int = LIBRARY_MAX_TOKENS) -> int:
@@ -78,14 +78,6 @@ def max_tokens(default: int = LIBRARY_MAX_TOKENS) -> int:
     the forward's time still grows with the square. The app passes its own default, APP_MAX_TOKENS.
     """
     return _number("ATTNVIZ_MAX_TOKENS", default, whole=True)
-
-
-LONG_MAX_TOKENS = 16_384  # the Long text page draws pooled maps and windows, never a whole head cell by cell
-
-
-def max_long_tokens() -> int:
-    """ATTNVIZ_MAX_LONG_TOKENS: the most tokens the Long text page takes (the model's position limit still applies)."""
-    return _number("ATTNVIZ_MAX_LONG_TOKENS", LONG_MAX_TOKENS, whole=True)
 
 
 PAGE_TOKENS = 512  # what a page that draws every position cell by cell (not the Attention page) reads of a text

@@ -1,4 +1,5 @@
-"""What the attention page sends: each figure's JSON bytes on builtin:minilm at 20, 128 and 512 tokens.
+"""What the attention page sends: each figure's JSON bytes on builtin:minilm at 20, 128 and 512 tokens (cell by
+cell up to 256 tokens; past it the long view's pooled figures, window and reach, ui/long.explore).
 
 Run: ``python bench/attention_payload.py`` (BENCH_QUICK=1 for fewer repeats). Budget: ≤ 2 MB in all at
 512 tokens, where bertviz's model view writes 870 MB of HTML.
@@ -13,13 +14,40 @@ from common import LENGTHS, MB, mb, ms, table
 
 import attnviz
 from attnviz.figures.attention import explorer_figures
-from attnviz.figures.view import Options, stack_view, dense_stacks
+from attnviz.analysis import long
+from attnviz.figures import long as figs
+from attnviz.figures.view import Options, dense_stacks, stack_view
+from attnviz.ui.long import CELLS, DETAIL
 
 BUDGET = 2 * MB
 
 
+def long_figures(trace, layer: int, head: int | None, focus: int) -> dict:
+    """name -> go.Figure (the reach's shaded text as its HTML string): what the Attention page draws past CELLS
+    tokens, with the default window (its first 64 tokens) and pooling (max)."""
+    L, H, T = trace.n_layers, trace.n_heads, trace.n_tokens
+    s = long.survey(trace.weights, figs.overview_size(L, H), DETAIL)
+    pooled = s.pooled("detail", "max")[layer]  # (H, s, s)
+    blocks = s.layer_max[layer] if head is None else pooled[head]
+    row, col = trace.row(layer, head, focus), trace.column(layer, head, focus)  # (T,), (T,)
+    w = long.window(trace.weights, layer, head, 0, min(64, T))  # (n, n)
+    received = s.received[layer].mean(0) if head is None else s.received[layer, head]
+    out = {
+        "overview": figs.head_mosaic(s.pooled("overview", "max"), "max", T, s.block("overview"), (layer, head)),
+        "blocks": figs.blocks_heatmap(blocks, s.starts["detail"], s.block("detail"), T, "", "max", (0, min(64, T))),
+        "window": figs.window_heatmap(w, 0, trace.tokens, ""),
+        "reach": figs.reach_lines(row, col, focus, "x", ""),
+        "sinks": figs.sink_grid(long.first_token_share(s), long.SINK_SHARE),
+        "received": figs.received_line(received, T, ""),
+        "distance": figs.distance_profile(s.distance[layer], long.distance_labels(s.edges), "", head),
+    }
+    return out | {"reach_html": figs.reach_html(trace.tokens, trace.word_ids, row, focus)}
+
+
 def page_figures(trace, options: Options = Options(), layer: int = 0, head: int | None = 0, focus: int = 1) -> dict:
     """name -> go.Figure: exactly what pages/1_Attention.py draws for the first stack of ``trace``."""
+    if trace.n_tokens > CELLS:
+        return long_figures(trace, layer, head, focus)
     name, (attn, q, k, causal) = next(iter(dense_stacks(trace).items()))
     view = stack_view(name, attn, q, k, causal, options._replace(log_scale=False))
     return explorer_figures(view, layer, head, min(focus, len(view.q_labels) - 1), "to", options.log_scale)
@@ -30,7 +58,7 @@ def measure(trace, options: Options, head: int | None) -> dict:
     build = common.timeit(lambda: page_figures(trace, options, head=head), common.repeats(trace.n_tokens))
     figs = page_figures(trace, options, head=head)
     t0 = time.perf_counter()
-    sizes = {name: len(fig.to_json()) for name, fig in figs.items()}
+    sizes = {name: len(fig if isinstance(fig, str) else fig.to_json()) for name, fig in figs.items()}
     return {"bytes": sizes, "total": sum(sizes.values()), "build_s": build["median_s"],
             "json_s": time.perf_counter() - t0}
 
@@ -49,13 +77,13 @@ def main() -> None:
             r = measure(trace, options, head)
             results[f"{n}/{case}"] = r
             b = r["bytes"]
-            rows.append([n, case, *(mb(b[k]) for k in ("overview", "detail", "focus", "focus_heads")),
+            rows.append([n, case, ", ".join(f"{k} {mb(v)}" for k, v in b.items()),
                          mb(r["total"]), ms(r["build_s"]), ms(r["json_s"]),
                          "yes" if n != 512 or r["total"] <= BUDGET else "NO"])
     print(table(
-        "Attention page payload, builtin:minilm (MB of figure JSON; ms to build and to serialise)",
-        ["tokens", "options", "overview", "detail", "focus", "focus heads", "total", "build ms", "json ms",
-         "≤ 2 MB"], rows,
+        f"Attention page payload, builtin:minilm (MB of figure JSON; ms to build and to serialise; past {CELLS} "
+        "tokens the long view, whose options are its own)",
+        ["tokens", "options", "figures", "total", "build ms", "json ms", "≤ 2 MB"], rows,
     ))
     print(f"\n{common.conditions()}")
     print(f"saved {common.save('attention_payload', {'conditions': common.conditions(), 'results': results})}")

@@ -1,5 +1,5 @@
-"""Where one layer of the Long text page's traced forward spends its time against the fused attention it replaces:
-``builtin:seed``'s shapes (8 heads of 64) at 4,096 tokens, in the page's tiles of query rows over every key.
+"""Where one layer of the long view's traced forward (the Attention page past 256 tokens) spends its time against
+the fused attention it replaces: ``builtin:seed``'s shapes (8 heads of 64) at 4,096 tokens, in the page's tiles of query rows over every key.
 
 Torch's fused SDPA (what the bare forward runs) beside the explicit path's parts, each over all of the layer's tiles:
 the scores' product, the softmax, the output's product, and the survey's reductions (``Reducer``); then the whole

@@ -1,9 +1,10 @@
 """Issue 14's numbers, in headless Chromium against a real ``streamlit run app.py``, side by side in one run:
 
-- 20 / 128 / 512 tokens (MiniLM, the default model): submit → overview drawn on the Long text page and on the
-  Attention page, against bertviz 1.4.1's head view and model view of the same model and text (its HTML opened
-  from file, as bench/browser.py does; bertviz "cannot" where its HTML is too big to open: 869 MB at 512).
-- 4,096 and 16,384 tokens of ``builtin:seed`` on the Long text page, a fresh server per length: submit → overview
+- 20 / 128 / 512 tokens (MiniLM, the default model): submit → overview drawn on the Attention page (cell by cell up
+  to 256 tokens, pooled past it: at 512 the overview and the detail), against bertviz 1.4.1's head view and model
+  view of the same model and text (its HTML opened from file, as bench/browser.py does; bertviz "cannot" where its
+  HTML is too big to open: 869 MB at 512).
+- 4,096 and 16,384 tokens of ``builtin:seed`` on the Attention page, a fresh server per length: submit → overview
   and detail (block map and exact window) drawn; the bare forward at the same length, timed in this process
   before the server starts and after it stops (the median of both); the bytes the server sent over the websocket
   for the submit; a zoom to a 256-token window (typing its first token into "Window from token") timed to the
@@ -32,6 +33,8 @@ from browser import OVERVIEW_READY as ATTENTION_READY
 from common import LENGTHS, MB, OUT, builtin_bare, conditions, mb, ms, quick, save, table, text_of, tokenizer
 from payload import HTML_PAGE
 
+from attnviz.ui.long import CELLS
+
 LONG = tuple(int(n) for n in os.environ.get("BENCH_LONG", "4096,16384").split(",") if n.strip())
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1"))  # fresh servers per long length: the medians are reported
 BERTVIZ_OPENS = (20, 128)  # bertviz's HTML at 512 tokens is 869 MB in either view: no browser opens it
@@ -41,9 +44,10 @@ WINDOW = 256
 # every frame keeps the page drawing ~60 frames a second for the whole forward, CPU the browser takes from the
 # server on this 2-core machine (the result may come up to 50 ms late: the error is against the page).
 LONG_POLL_MS = 50
-SERVER_ENV = {"ATTNVIZ_MAX_LONG_TOKENS": "16384", "ATTNVIZ_MAX_CHARS": "200000"}
+SERVER_ENV = {"ATTNVIZ_MAX_TOKENS": "16384", "ATTNVIZ_MAX_CHARS": "200000"}
+WARM = 300  # tokens of the text a long view's tab opens with (the Attention page pools a text over CELLS tokens)
 
-# The image a chart on the Long text page draws (the mosaic is a go.Image, the heatmaps draw one image each).
+# The image a chart on the Attention page's long view draws (the mosaic is a go.Image, the heatmaps draw one image each).
 IMAGE = """(key) => {
   const c = document.querySelector('.st-key-' + key);
   const img = c && c.querySelector('.js-plotly-plot image');
@@ -95,7 +99,7 @@ class Bytes:
 
 
 def submit_long(page, box, text: str, timeout: int = TIMEOUT_MS, detail: bool = True, polling="raf") -> dict:
-    """Type ``text`` into the Long text page, press Ctrl+Enter, time until the overview (and the detail) show it,
+    """Type ``text`` into the Attention page (its long view), press Ctrl+Enter, time until the overview (and the detail) show it,
     checking every animation frame or every ``polling`` ms."""
     page.bring_to_front()
     old = [page.evaluate(IMAGE, k) for k in OVERVIEW + DETAIL]
@@ -164,25 +168,25 @@ def bertviz_open(browser, js: Path, view: str, n: int) -> float:
 
 
 def small(browser, peer, tok) -> dict:
-    """Per length: median seconds to the Long text page's overview (and detail), the Attention page's overview, and
-    bertviz's views drawn, in interleaved rounds (the order alternates every round)."""
+    """Per length: median seconds to the Attention page's overview (and past CELLS tokens its detail) and bertviz's
+    views drawn, in interleaved rounds (the order alternates every round). Two tabs on the Attention page: one
+    for the cell-by-cell view, one for the long view."""
     bertviz_html(tok)
     js = bertviz_js()
     proc, url = start_server(SERVER_ENV)
     try:
-        long_page, long_box = open_page(browser, f"{url}/Long_text", DRAWN, [OVERVIEW + DETAIL, [None] * 3])
+        long_page, long_box = open_page(browser, f"{url}/Attention?text={quote(text_of(tok, WARM, variant=97))}",
+                                        DRAWN, [OVERVIEW + DETAIL, [None] * 3])
         att_page, att_box = open_page(browser, f"{url}/Attention", ATTENTION_READY)
-        submit_long(long_page, long_box, text_of(tok, 20, variant=99))  # warm both pages' paths
+        submit_long(long_page, long_box, text_of(tok, WARM, variant=99))  # warm both views' paths
         submit_attention(att_page, att_box, text_of(tok, 20, variant=98), 20)
         runs: dict = {}
         rounds = int(os.environ.get("BENCH_SMALL_ROUNDS") or (1 if quick() else 3))
         for r in range(rounds):
             for n in LENGTHS:
                 text = text_of(tok, n, variant=1 + r)  # bertviz's HTML was written from variant 1
-                jobs = {
-                    "long": lambda: submit_long(long_page, long_box, text),
-                    "attention": lambda: att_page.bring_to_front() or submit_attention(att_page, att_box, text, n),
-                }
+                jobs = {"attention": (lambda: submit_long(long_page, long_box, text)) if n > CELLS else
+                        (lambda: att_page.bring_to_front() or submit_attention(att_page, att_box, text, n))}
                 if n in BERTVIZ_OPENS:
                     jobs["head_view"] = lambda: {"drawn_s": bertviz_open(peer, js, "head_view", n)}
                     if r == 0:  # one run: 40–100 s at 128 tokens
@@ -212,7 +216,7 @@ def long_one(browser, tok, n: int) -> dict:
     proc, url = start_server(SERVER_ENV)
     try:
         listened = []
-        page, box = open_page(browser, f"{url}/Long_text?model=builtin%3Aseed", DRAWN,
+        page, box = open_page(browser, f"{url}/Attention?model=builtin%3Aseed&text={quote(text_of(tok, WARM, 97))}", DRAWN,
                               [OVERVIEW + DETAIL, [None] * 3], LONG_TIMEOUT_MS, lambda pg: listened.append(Bytes(pg)))
         sent = listened[0]
         sent.quiet(page)
@@ -331,17 +335,17 @@ def report(result: dict) -> str:
         rows = []
         for n, r in result["small"].items():
             get = lambda name, k="drawn_s": ms(r[name][k]) if name in r else "cannot (869 MB of HTML)"  # noqa: E731
-            rows.append([n, ms(r["long"]["overview_s"]), ms(r["long"]["detail_s"]), ms(r["attention"]["overview_s"]),
+            rows.append([n, ms(r["attention"]["overview_s"]), ms(r["attention"]["detail_s"]),
                          get("head_view"), get("model_view")])
-        out += table("Browser, MiniLM: ms from submit to drawn (median of rounds; bertviz: opening its HTML)",
-                     ["tokens", "Long text overview", "Long text detail", "Attention overview", "bertviz head view",
-                      "bertviz model view"], rows)
+        out += table(f"Browser, MiniLM: ms from submit to drawn, Attention page (cell by cell up to {CELLS} tokens, the "
+                     "block map and window past it; median of rounds; bertviz: opening its HTML)",
+                     ["tokens", "overview", "detail", "bertviz head view", "bertviz model view"], rows)
     rows = []
     for n, r in result.get("long", {}).items():
         rows.append([f"{int(n):,}", f"{r['overview_s']:.2f}", f"{r['detail_s']:.2f}", f"{r['forward_s']:.2f}",
                      f"{1.5 * r['forward_s'] + 1:.2f}", mb(r["page_bytes"]), f"{r['zoom_s']:.2f}",
                      mb(r["zoom_bytes"]), mb(r["peak_rss"]), mb(r["eager_bytes"]), r["load_avg_1m"]])
-    out += table("Long text page, builtin:seed, fresh server per length (s; MB)",
+    out += table("Attention page past 256 tokens, builtin:seed, fresh server per length (s; MB)",
                  ["tokens", "overview drawn", "overview + detail drawn", "bare forward", "1.5× forward + 1 s",
                   "websocket bytes", "zoom to 256 drawn", "zoom bytes", "server peak RSS", "HF eager would hold",
                   "load 1m"], rows)

@@ -1,6 +1,6 @@
-"""The Long text page's server side at 4,096 and 16,384 tokens of ``builtin:seed``: the forward (trace), the
-forward with the survey of every head read inside it (``long.traced``, the page's path), the survey as a pass
-after a forward (a model held eager) against ``t.pooled(256)``, a token's column (a layer's first, then another),
+"""The Attention page's long view (past 256 tokens), server side, at 4,096 and 16,384 tokens of ``builtin:seed``:
+the forward (trace), the forward with the survey of every head read inside it (``long.traced``, the page's path),
+the survey as a pass after a forward (a model held eager) against ``t.pooled(256)``, a token's column (a layer's first, then another),
 a 256-token window, the page's figure bytes, and peak memory against what Hugging Face eager attention would
 hold (L·H·T² floats).
 
@@ -87,7 +87,7 @@ def main() -> None:
              f"{r['pooled_256_s']:.1f} s", f"{r['column_s']:.2f} s", f"{r['column_next_s'] * 1e3:.0f} ms",
              f"{r['window_256_s']:.2f} s", mb(r["bytes_total"]), mb(r["peak_rss"]), mb(r["eager_attentions"])]
             for n, r in results.items()]
-    print(table("Long text page, builtin:seed",
+    print(table("Attention page past 256 tokens, builtin:seed",
                 ["tokens", "trace", "trace with the survey inside", "survey after a trace", "t.pooled(256)",
                  "a layer's first column", "another column", "window 256", "page figures (MB)", "peak RSS (MB)",
                  "eager weights (MB)"], rows))

@@ -110,12 +110,13 @@ def targets() -> list[list]:
 
 
 def long_rows(add) -> None:
-    """Issue 14: the Long text page in the browser beside bertviz at 20–512 tokens, and at 4,096 and 16,384."""
+    """Issues 14 and 34: the Attention page in the browser beside bertviz at 20–512 tokens (cell by cell up to 256,
+    pooled past it), and at 4,096 and 16,384."""
     lb = load("long_browser") or {}
     seconds = lambda v: f"{v:.2f} s"  # noqa: E731
     for n, r in (lb.get("small") or {}).items():
         head = r.get("head_view", {}).get("drawn_s")
-        for page, label in (("long", "Long text"), ("attention", "Attention")):
+        for page, label in (("attention", "Attention"),):
             ours = r.get(page, {}).get("overview_s")
             if head is None:  # bertviz cannot open its HTML at this length: nothing to be slower than
                 rows_cannot(add, f"{label} overview drawn at {n} tokens / bertviz head view", ours)
@@ -126,12 +127,12 @@ def long_rows(add) -> None:
         n = int(n)
         if n == 4096:
             limit = 1.5 * r["forward_s"] + 1
-            add(f"Long text overview + detail drawn at 4,096 / 1.5× bare forward ({r['forward_s']:.1f} s) + 1 s",
+            add(f"Attention overview + detail drawn at 4,096 / 1.5× bare forward ({r['forward_s']:.1f} s) + 1 s",
                 r["detail_s"], limit, lambda v, lim=limit: v <= lim, seconds)
         if n == 16384:
-            add("Long text page at 16,384 tokens: overview + detail drawn (completes)", r["detail_s"], None,
+            add("Attention page at 16,384 tokens: overview + detail drawn (completes)", r["detail_s"], None,
                 lambda v: True, lambda v: "—" if v is None else seconds(v))
-            add("Long text page bytes at 16,384 tokens (websocket)", r["page_bytes"], 2 * MB, lambda v: v <= 2 * MB,
+            add("Attention page bytes at 16,384 tokens (websocket)", r["page_bytes"], 2 * MB, lambda v: v <= 2 * MB,
                 lambda v: f"{mb(v)} MB")
             add("zoom to a 256-token window at 16,384, action → drawn", r["zoom_s"], 1.0, lambda v: v <= 1.0, seconds)
         add(f"server peak RSS at {n:,} tokens / HF eager with attentions ({r['eager_bytes'] / 2**30:.1f} GB)",

@@ -13,7 +13,7 @@ from attnviz.data import CORPUS
 from attnviz.figures.analysis import head_map
 from attnviz.ui import corpus as files
 from attnviz.ui import jobs
-from attnviz.ui.frame import frame, max_tokens, plain
+from attnviz.ui.frame import frame, page_cap, plain
 from attnviz.ui.heads import open_text
 from attnviz.ui.share import code, locked
 
@@ -110,7 +110,7 @@ if not LOCKED:
     ray = c3.text_input("Ray address (optional)", ray or "", key="corpus_ray",
                         help="auto: a local Ray, or the cluster `ray start` made; or a cluster address. "
                              "Empty: run here.").strip() or None
-cap = max_tokens()
+cap = page_cap()  # a text's first ATTNVIZ_PAGE_TOKENS, as every page but Attention reads
 out = files.work() / f"{cp.digest(f'{path.resolve()}|{f.key}|{column}|{limit}|{cap}'.encode())}.parquet"
 c1, c2 = st.columns(2)
 name = c1.selectbox("Statistic", list(LABELS), format_func=LABELS.get, key="corpus_stat")

@@ -10,7 +10,7 @@ from attnviz.figures.faithfulness import deletion_curves, shaded_rows
 from attnviz.analysis.interventions import ZeroValue, editing
 from attnviz.settings import max_forwards
 from attnviz.core.tokens import clean
-from attnviz.ui.frame import frame, max_tokens
+from attnviz.ui.frame import frame, page_cap
 from attnviz.ui.jobs import slot
 from attnviz.ui.share import plain
 
@@ -50,7 +50,7 @@ if st.button(f"Explain the prediction ({n:,} forward passes)", key="faith_run"):
         try:
             st.session_state["faithfulness"] = (asked, explain(
                 f.model, f.text, target, steps, lambda k, total: bar.progress(k / total, text=f"pass {k} of {total}"),
-                max_tokens(), lambda j: editing([ZeroValue(j)])))
+                page_cap(), lambda j: editing([ZeroValue(j)])))
         except ValueError as e:
             st.error(plain(e))
     bar.empty()

@@ -1,4 +1,6 @@
-"""Attention explorer: every layer and head at a glance, any head in detail, any token's view."""
+"""Attention explorer at every length: up to ui/long.CELLS tokens every layer and head at a glance, any head in
+detail, any token's view, cell by cell; past it, every head pooled, zoom into an exact window, a token's reach,
+sinks and distance profiles (ui/long.explore)."""
 
 import streamlit as st
 
@@ -9,6 +11,7 @@ from attnviz.ui.display import display_options
 from attnviz.ui.frame import frame, layer_head
 from attnviz.ui.readable import model_output
 from attnviz.ui.heads import head_chart
+from attnviz.ui import long
 from attnviz.ui.share import chart_config, downloads
 from attnviz.figures.view import focus_html, stack_view, stacks
 
@@ -20,7 +23,10 @@ AXES = {
 }
 DIRECTIONS = {"attends to": "to", "attended by": "from"}  # label (also the link's value) -> row or column
 
-f = frame("Attention", whole=True)
+f = frame("Attention", tracer=long.tracer, whole=True)  # a long text is traced once, by long_trace
+if long.is_long(f.trace):
+    long.explore(f)
+    st.stop()
 options, full_range = display_options()
 log_scale = options.log_scale
 

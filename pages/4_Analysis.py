@@ -11,7 +11,7 @@ from attnviz.core.budget import check_forwards
 from attnviz.settings import max_flows, max_forwards
 from attnviz.core.tokens import labels
 from attnviz.ui.derived import derived, held
-from attnviz.ui.frame import frame, max_tokens
+from attnviz.ui.frame import frame, page_cap
 from attnviz.ui.heads import head_chart
 from attnviz.ui.jobs import slot
 from attnviz.ui.share import plain
@@ -83,7 +83,7 @@ st.header("Head importance by ablation")
 st.caption(f"Remove one head at a time (its output zeroed before the output projection) and measure the change "
            f"of the model's output — {CITATION}.")
 try:
-    measure = ablation(f.model, f.text, max_tokens()).measure
+    measure = ablation(f.model, f.text, page_cap()).measure
 except ValueError as e:
     st.info(f"{plain(e)} Ablation works for the built-in encoders and classifier, and for Hugging Face BERT-, "
             "DistilBERT-, GPT-2- and Llama-style encoders and causal LMs.")
@@ -98,7 +98,7 @@ else:
         with slot("Head importance"):
             bar = st.progress(0.0, text="Removing heads one at a time…")
             scores, _ = head_importance(
-                f.model, f.text, lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"), max_tokens())
+                f.model, f.text, lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"), page_cap())
         bar.empty()
         done = derived(f.trace, "ablation", lambda: scores)
     if done is not None:

@@ -55,7 +55,7 @@ def server():
     threading.Thread(target=lambda: log.extend(proc.stderr), daemon=True).start()
     with ExitStack() as tabs:  # warm: the model, the pages' imports, one long forward
         Tab(url, tabs).open("", {})
-        Tab(url, tabs).open("Long_text", {"model": "builtin:seed", "text": document(99, 200)})
+        Tab(url, tabs).open("Attention", {"model": "builtin:seed", "text": document(99, 300)})  # the long view
         Tab(url, tabs).open("Attention", {"model": "builtin:seed", "text": document(98, 50)})
     time.sleep(6)  # one collection of the warm-up's garbage
     yield proc, url, log
@@ -73,7 +73,7 @@ def test_four_long_documents_at_once_stay_within_the_memory_setting(server, caps
 
         def submit(i):
             try:
-                results[i] = visitors[i].open("Long_text", long_params(i))
+                results[i] = visitors[i].open("Attention", long_params(i))
             except Exception as e:  # judged below
                 results[i] = {"error": f"{type(e).__name__}: {e}"}
 
@@ -106,7 +106,7 @@ def test_four_long_documents_at_once_stay_within_the_memory_setting(server, caps
 def test_a_document_over_the_setting_alone_is_refused_with_its_number(server):
     proc, url, log = server
     with ExitStack() as tabs:
-        shown = Tab(url, tabs).open("Long_text", {"model": "builtin:seed", "text": document(7, 5000)})
+        shown = Tab(url, tabs).open("Attention", {"model": "builtin:seed", "text": document(7, 5000)})
     refused = [t.replace("\\", "") for t in shown["trouble"]]  # the message's markdown escapes, undone
     refused = [t for t in refused if "ATTNVIZ_MAX_TRACE_MB" in t]
     assert refused and f"{TRACE_MB:,} MB" in refused[0] and "Try a shorter text" in refused[0], shown
@@ -126,7 +126,7 @@ def test_tabs_keep_no_traces_and_memory_and_threads_come_back(server, capsys):
             shown = Tab(url, tabs).open("Attention", {"model": "builtin:seed", "text": document(100 + i, 50)})
             assert not shown["trouble"] and len(shown["charts"]) >= 2, shown
         for i in range(8):
-            shown = Tab(url, tabs).open("Long_text", long_params(200 + i, 300))
+            shown = Tab(url, tabs).open("Attention", long_params(200 + i, 300))  # the long view
             assert not shown["trouble"] and len(shown["charts"]) >= 4, shown
         time.sleep(6)  # a collection: what is left is what someone holds
         open_mb, peak = rss_mb(proc.pid), peak_mb(proc.pid)
@@ -164,7 +164,7 @@ def test_a_survey_keeps_its_trace_when_other_sessions_evict_it(monkeypatch):
     long._LONG.clear()
 
 
-@pytest.mark.parametrize("page", ["pages/9_Long_text.py", "pages/7_Roles.py", "pages/4_Analysis.py"])
+@pytest.mark.parametrize("page", ["pages/1_Attention.py", "pages/7_Roles.py", "pages/4_Analysis.py"])
 def test_a_session_keeps_no_trace_once_the_caches_let_go(page):
     """Callbacks, fragments and results in session state held the page's trace; now only the shared caches do."""
     import gc
@@ -178,7 +178,8 @@ def test_a_session_keeps_no_trace_once_the_caches_let_go(page):
     at = AppTest.from_file("../app.py", default_timeout=300)
     at.switch_page(page)
     at.run()
-    texts = [document(300 + i, 40) for i in range(2)]
+    words = 300 if page == "pages/1_Attention.py" else 40  # the Attention page's long view: its fragment, callbacks
+    texts = [document(300 + i, words) for i in range(2)]
     for text in texts:
         at.text_area(key="text").set_value(text).run()
         assert not at.exception, at.exception
@@ -196,7 +197,7 @@ def test_a_closed_tab_stops_its_long_forward_at_the_next_tile(server):
     proc, url, log = server
     tabs = ExitStack()
     tab = Tab(url, tabs)
-    tab.send("Long_text", long_params(400, 2000))  # ~2,000 tokens (~141 MB): seconds of forward
+    tab.send("Attention", long_params(400, 2000))  # ~2,000 tokens (~141 MB): seconds of forward
     tab.read_until(lambda el: el.startswith("progress"), timeout=120)  # the forward's progress bar: it runs
     busy_from = cpu_seconds(proc.pid)
     time.sleep(1)
@@ -210,17 +211,18 @@ def test_a_closed_tab_stops_its_long_forward_at_the_next_tile(server):
     assert idle < 0.3, idle  # and nothing runs once the tab is gone
 
 
-# Every page's own forward (the shared frame's get_trace), with the app's cap raised: the same line and memory.
+# Every page's own forward (the shared frame's get_trace: Home, here, reads a text's first ATTNVIZ_PAGE_TOKENS),
+# with the heavy threshold lowered: the same line and memory as a long trace.
 FRAME_ENV = {"ATTNVIZ_MAX_TOKENS": "4096", "ATTNVIZ_HEAVY_TOKENS": "64", "ATTNVIZ_MAX_CHARS": "60000"}
 
 
-def attention_page(monkeypatch, **env):
+def frame_page(monkeypatch, **env):
+    """The home page (the Attention page traces a text over 256 tokens with long_trace, not the frame's)."""
     from streamlit.testing.v1 import AppTest
 
     for k, v in {**FRAME_ENV, **env}.items():
         monkeypatch.setenv(k, v)
     at = AppTest.from_file("../app.py", default_timeout=120)
-    at.switch_page("pages/1_Attention.py")
     at.query_params["model"] = "builtin:seed"
     return at
 
@@ -230,7 +232,7 @@ def test_a_long_text_too_big_for_the_memory_setting_is_refused_on_any_page(monke
     from attnviz.backends import open_model
 
     text = document(500, 300)
-    at = attention_page(monkeypatch, ATTNVIZ_MAX_TRACE_MB="4")
+    at = frame_page(monkeypatch, ATTNVIZ_MAX_TRACE_MB="4")
     at.query_params["text"] = text
     at.run()
     assert not at.exception, at.exception
@@ -247,7 +249,7 @@ def test_a_cached_long_text_never_waits_in_line_and_a_new_one_waits_its_turn(mon
     """The one slot held by another job: a rerun over the cached trace renders at once, a new long text waits."""
     from attnviz.ui import jobs
 
-    at = attention_page(monkeypatch, ATTNVIZ_MAX_JOBS="1")
+    at = frame_page(monkeypatch, ATTNVIZ_MAX_JOBS="1")
     at.query_params["text"] = document(501, 300)
     at.run()
     assert not at.exception and not at.error and at.get("plotly_chart"), (at.exception, at.error)
@@ -286,15 +288,15 @@ def test_a_cached_long_text_never_waits_in_line_and_a_new_one_waits_its_turn(mon
 
 
 def test_a_long_text_on_any_page_waits_in_line_behind_another_visitor_and_then_finishes():
-    """One slot; another visitor's long document runs on the Long text page: an Attention page over a long text is
-    told its place in line, then draws its charts once that forward is done."""
+    """One slot; another visitor's long document runs on the Attention page: an Attention page over another long
+    text is told its place in line, then draws its charts once that forward is done."""
     proc, url = start_server({**FRAME_ENV, "ATTNVIZ_HEAVY_TOKENS": "256", "ATTNVIZ_MAX_JOBS": "1",
                               "ATTNVIZ_MAX_TRACE_MB": "1024"})
     try:
         with ExitStack() as tabs:
             Tab(url, tabs).open("Attention", {"model": "builtin:seed", "text": document(97, 50)})  # warm
             first = Tab(url, tabs)
-            first.send("Long_text", long_params(600, 4000))  # ~4,000 tokens: seconds of forward
+            first.send("Attention", long_params(600, 4000))  # ~4,000 tokens: seconds of forward
             first.read_until(lambda el: el.startswith("progress"), timeout=120)  # its progress bar: it holds the slot
             shown = Tab(url, tabs).open("Attention", long_params(601, 400))
     finally:

@@ -5,6 +5,7 @@ with its token count), never a traceback; the text box keeps what was typed; use
 and HTML only escaped. The browser's side of escaping is tests/test_e2e_bad_input.py.
 """
 
+import html
 import re
 import shutil
 from pathlib import Path
@@ -17,12 +18,16 @@ from streamlit.testing.v1 import AppTest
 
 import attnviz
 from attnviz.figures.common import safe
-from attnviz.core.tokens import labels
+from attnviz.core.tokens import clean, labels
+from attnviz.ui.long import CELLS
 from attnviz.settings import DEFAULT_MAX_CHARS
 from helpers import chart_specs, open_page
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["app.py", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "pages").glob("*.py"))]
+# Every page file but the old Long text page's, a redirect to the Attention page (its links: tests/test_attention_long.py)
+# that cannot run alone: it switches to a page of the app's navigation.
+PAGES = ["app.py", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "pages").glob("*.py")
+                           if p.name != "9_Long_text.py")]
 HOME, ATTENTION = "app.py", "pages/1_Attention.py"
 OTHER_PAGES = [p for p in PAGES if p not in (HOME, ATTENTION)]
 EMPTY = "The text is empty"
@@ -148,7 +153,11 @@ def test_typed_text(page, case):
     if case == "100k":  # 2,000 words of one token each, plus [CLS] and [SEP]
         assert ref.truncated == kept.count("attention") + 2 - 512
         assert f"⚠️ {ref.truncated} tokens cut to fit the model's 512 positions" in status
-    assert safe(labels(ref.tokens)) in tick_lists(at)  # the page shows exactly this text's tokens, escaped
+    if page == ATTENTION and ref.n_tokens > CELLS:  # the long view: the whole text is the reach's shaded box
+        (box,) = [h.proto.body for h in at.get("html")]
+        assert html.unescape(re.sub(r"<[^>]*>", "", box)).split() == [clean(t) for t in ref.tokens]
+    else:
+        assert safe(labels(ref.tokens)) in tick_lists(at)  # the page shows exactly this text's tokens, escaped
     assert_escaped(at, text)
 
 

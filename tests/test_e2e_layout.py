@@ -17,6 +17,8 @@ CHECKS = (Path(__file__).parent / "layout_checks.js").read_text(encoding="utf-8"
 # Long words: merged into words they make long tick labels, the case that used to run into titles.
 TEXT = quote("Antidisestablishmentarianism notwithstanding, supercalifragilistic incomprehensibilities "
              "overwhelmed everyone.")
+LONG_TEXT = quote("Antidisestablishmentarianism notwithstanding, supercalifragilistic incomprehensibilities "
+                  "overwhelmed everyone. " * 16)  # ~350 tokens: the Attention page's long view
 PAGES = {
     "home": f"/?text={TEXT}&merge=true",
     "attention": f"/Attention?text={TEXT}&merge=true",
@@ -95,18 +97,18 @@ GREW = """() => [...document.querySelectorAll('.js-plotly-plot')].map(gd => {
 
 
 @pytest.mark.parametrize("width", (1400, 800))
-def test_the_attention_and_long_text_charts_are_laid_out_once(browser, app_url, width):
+def test_the_attention_charts_short_and_long_are_laid_out_once(browser, app_url, width):
     """Their margins already hold every label (the long words' too), so plotly lays each out once. (On a phone the
     reach's legend wraps and the distance labels tilt: those two charts grow there, as the layout test allows.)"""
     grown = []
-    for path in (PAGES["attention"], f"/Long_text?text={TEXT}"):
+    for path in (PAGES["attention"], f"/Attention?text={LONG_TEXT}"):
         context, page = open_page(browser, app_url + path, width)
         try:
             page.set_viewport_size({"width": width, "height": 4000})
             settled(page, 1000)
             charts = page.evaluate(GREW)
             assert len(charts) >= 5, (path, charts)
-            grown += [f"{path.split('?')[0]}@{width}: {key} grew {sides}" for key, sides in charts if sides]
+            grown += [f"{path[:40]}@{width}: {key} grew {sides}" for key, sides in charts if sides]
         finally:
             context.close()
     assert not grown, "\n".join(grown)
@@ -148,11 +150,11 @@ def test_the_cli_html_page_has_no_text_on_text(browser, tmp_path):
 
 # Issue 33's pages, at the widths a newcomer met them: each chart named is checked for text on text and for labels too
 # close to read (axis labels piled up, dropped, or cell numbers wider than their cells).
-WORDS = quote(" ".join(["the river stone cloud light paper window garden music water"] * 12))  # 122 tokens
-SLOW = 300_000  # the Roles page runs the probe, the Long text page its survey: minutes on a busy machine
+WORDS = quote(" ".join(["the river stone cloud light paper window garden music water"] * 30))  # 302 tokens: long
+SLOW = 300_000  # the Roles page runs the probe, the Attention page's long view its survey: minutes on a busy machine
 CROWDED_CHECKS = {
     "/Roles": ("role_grid",),
-    f"/Long_text?model=builtin%3Aseed&text={WORDS}": ("long_sinks", "long_delims", "long_window"),
+    f"/Attention?model=builtin%3Aseed&text={WORDS}": ("long_sinks", "long_delims", "long_window"),
     "/": ("home_heatmap",),
 }
 
@@ -160,7 +162,7 @@ CROWDED_CHECKS = {
 @pytest.mark.parametrize("width", (1400, 800, 390))
 @pytest.mark.parametrize("path", list(CROWDED_CHECKS))
 def test_titles_clear_of_axes_and_labels_far_enough_apart_to_read(browser, app_url, path, width):
-    if path.startswith("/Long_text") and width == 390:
+    if path.startswith("/Attention") and width == 390:
         pytest.skip("a phone has no room for a window's token labels; the block map and the reach are its view")
     context, page = open_page(browser, app_url + path, width, SLOW)
     try:

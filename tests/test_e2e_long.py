@@ -1,7 +1,8 @@
-"""The Long text page in a real browser at 8,192 tokens: a progress bar while the model runs (and nothing gliding or
-fading beside it), a zoomed link draws the trace's own exact weights, a box dragged on the block map zooms there and
-puts the window in the address, a new text shows the bar to a reader scrolled down and dims the old page, which
-does not move, while it runs; a click on a token's reach follows the token clicked."""
+"""The Attention page's long view in a real browser at 8,192 tokens: a progress bar while the model runs (and nothing
+gliding or fading beside it), a zoomed link draws the trace's own exact weights, a box dragged on the block map zooms
+there and puts the window in the address, a new text shows the bar to a reader scrolled down and dims the old page,
+which does not move, while it runs; an old /Long_text link opens the same zoomed view on the Attention page; a click
+on a token's reach follows the token clicked."""
 
 import os
 from urllib.parse import parse_qs, quote, urlsplit
@@ -13,7 +14,7 @@ import attnviz
 from attnviz.analysis.long import traced
 from attnviz.ui.long import DETAIL
 from conftest import SCREENSHOTS, start_server
-from test_long_page import N, TEXT
+from test_attention_long import N, TEXT
 
 TIMEOUT = int(os.environ.get("E2E_LONG_TIMEOUT_MS", 1_200_000))  # the server's forward and survey at 8,192 tokens take minutes on a busy machine
 WINDOW = """() => {
@@ -51,7 +52,7 @@ DIMMED = """() => Array.from(document.querySelectorAll('[data-stale="true"]'))
 
 @pytest.fixture(scope="module")
 def long_server():
-    proc, url = start_server({"ATTNVIZ_MAX_LONG_TOKENS": str(N), "ATTNVIZ_MAX_CHARS": "200000"})
+    proc, url = start_server({"ATTNVIZ_MAX_TOKENS": str(N), "ATTNVIZ_MAX_CHARS": "200000"})
     yield url
     proc.terminate()
     proc.wait(timeout=20)
@@ -69,7 +70,7 @@ def window(page, start: int) -> dict:
 
 
 def test_a_zoomed_link_and_a_dragged_box_show_exact_weights(page, long_server, head):
-    page.goto(f"{long_server}/Long_text?model=builtin%3Aseed&layer=2&head=5&zoom_start=4000&zoom_size=48"
+    page.goto(f"{long_server}/Attention?model=builtin%3Aseed&layer=2&head=5&zoom_start=4000&zoom_size=48"
               f"&text={quote(TEXT)}", timeout=TIMEOUT)
     # While the model runs: the forward's own progress bar, and no spinner beside it (its endless animation kept a
     # browser on the server's machine drawing frames, CPU taken from the forward).
@@ -105,6 +106,8 @@ def test_a_zoomed_link_and_a_dragged_box_show_exact_weights(page, long_server, h
     assert abs(start - 2000) < 40 and abs(start + size - 2250) < 40, (start, size)
     got = window(page, start)
     np.testing.assert_allclose(np.array(got["z"]), head[start:start + size, start:start + size], rtol=1e-6, atol=1e-9)
+    # The zoom reran the detail alone: the link's old window is no note ("4000 in the link is not …": it was valid).
+    assert page.get_by_text("in the link is not").count() == 0
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.locator(".st-key-long_blocks").screenshot(path=str(SCREENSHOTS / "long_text_blocks.png"))
     page.set_viewport_size({"width": 1400, "height": 1000})
@@ -128,6 +131,19 @@ def test_a_zoomed_link_and_a_dragged_box_show_exact_weights(page, long_server, h
     page.wait_for_function(f"() => ({DIMMED})() === 0", timeout=TIMEOUT)
 
 
+def test_an_old_long_text_link_opens_the_same_zoomed_view_on_the_attention_page(page, long_server, head):
+    page.goto(f"{long_server}/Long_text?model=builtin%3Aseed&layer=2&head=5&zoom_start=4000&zoom_size=48"
+              f"&text={quote(TEXT)}", timeout=TIMEOUT)
+    got = window(page, 4000)
+    assert got["n"] == 48
+    np.testing.assert_allclose(np.array(got["z"]), head[4000:4048, 4000:4048], rtol=1e-6, atol=1e-9)
+    page.wait_for_function("() => location.pathname.endsWith('/Attention')", timeout=60_000)
+    link = parse_qs(urlsplit(page.url).query)
+    assert (link["zoom_start"], link["zoom_size"], link["layer"], link["head"]) == (["4000"], ["48"], ["2"], ["5"])
+    assert link["text"] == [TEXT]
+    page.get_by_role("heading", name="Attention").first.wait_for(timeout=60_000)
+
+
 def reach(page, token: int, timeout: int = TIMEOUT) -> dict:
     """The reach chart once it shows ``token``."""
     page.wait_for_function(f"() => {{ const r = ({REACH})(); return r && / at {token:,}(<|$)/.test(r.title); }}",
@@ -136,7 +152,7 @@ def reach(page, token: int, timeout: int = TIMEOUT) -> dict:
 
 
 def test_clicking_a_peak_of_a_tokens_reach_follows_the_token_clicked(page, long_server, head):
-    page.goto(f"{long_server}/Long_text?model=builtin%3Aseed&layer=2&head=5&token=1&text={quote(TEXT)}",
+    page.goto(f"{long_server}/Attention?model=builtin%3Aseed&layer=2&head=5&token=1&text={quote(TEXT)}",
               timeout=TIMEOUT)
     np.testing.assert_allclose(reach(page, 1)["row"], head[1], rtol=1e-6, atol=1e-9)
     key = int(np.argmax(head[1]))  # token 1 attends most to this key

@@ -21,6 +21,7 @@ from helpers import ok, open_page
 from test_analysis_pages import charts, select
 
 QUOKKA = "A quokka smiled at us. Later the quokka hopped away, and two quokkas followed."
+LONG_QUOKKA = QUOKKA + " The river runs on." * 60  # ~330 tokens: the Attention page's long view
 
 
 # ---- 2. Find a word: whole words, however the tokenizer cut them ----
@@ -35,10 +36,10 @@ def test_find_matches_a_word_cut_into_pieces():
     assert long.find(t.tokens, "kangaroo", t.word_ids) == []
 
 
-def test_the_long_text_page_finds_a_split_word():
-    at = ok(open_page("pages/9_Long_text.py", text=QUOKKA))
+def test_the_attention_pages_long_view_finds_a_split_word():
+    at = ok(open_page("pages/1_Attention.py", text=LONG_QUOKKA))
     at.text_input(key="find").set_value("quokka").run()
-    positions = [i for i, tok in enumerate(attnviz.trace(QUOKKA).tokens) if tok == "quo"][:2]
+    positions = [i for i, tok in enumerate(attnviz.trace(LONG_QUOKKA).tokens) if tok == "quo"][:2]
     assert any(c.value.startswith(f"2 positions: {positions[0]}, {positions[1]}") for c in at.caption), \
         [c.value for c in at.caption]
 
@@ -104,7 +105,7 @@ def test_a_head_clicked_on_roles_opens_on_the_attention_page_with_its_address():
     assert (at.query_params["layer"], at.query_params["head"]) == ("4", "3")
 
 
-# ---- 5, 6. the Long text window: a one-axis box, the size after a longer text ----
+# ---- 5, 6. the long view's window: a one-axis box, the size after a longer text ----
 
 def words(n: int) -> str:
     rng = np.random.default_rng(3)
@@ -122,7 +123,7 @@ def box(at, x, y):
 
 def test_a_box_of_a_few_pixels_zooms_where_it_was_dragged():
     text = words(400)
-    at = ok(open_page("pages/9_Long_text.py", model="builtin:seed", text=text))
+    at = ok(open_page("pages/1_Attention.py", model="builtin:seed", text=text))
     T = attnviz.load("builtin:seed").trace(text).n_tokens
     at = box(at, [0, T], [200.4, 231.7])  # plotly's band for a drag a few pixels wide: the whole of the other axis
     assert (at.number_input(key="zoom_start").value, at.number_input(key="zoom_size").value) == (200, 32)
@@ -132,8 +133,11 @@ def test_a_box_of_a_few_pixels_zooms_where_it_was_dragged():
     assert (at.number_input(key="zoom_start").value, at.number_input(key="zoom_size").value) == (100, 70)
 
 
-def test_the_window_grows_to_64_tokens_with_a_longer_text():
-    at = ok(open_page("pages/9_Long_text.py", model="builtin:seed", text="A short text."))
+def test_the_window_grows_to_64_tokens_with_a_longer_text(monkeypatch):
+    from attnviz.ui import long as ui
+
+    monkeypatch.setattr(ui, "CELLS", 0)  # a text under 64 tokens in the long view (the page draws it cell by cell)
+    at = ok(open_page("pages/1_Attention.py", model="builtin:seed", text="A short text."))
     short = at.number_input(key="zoom_size").value
     assert short == attnviz.load("builtin:seed").trace("A short text.").n_tokens < 64
     at.text_area(key="text").set_value(words(300)).run()
@@ -150,7 +154,8 @@ def test_the_window_grows_to_64_tokens_with_a_longer_text():
 def test_the_text_box_says_what_a_long_paste_gets_and_where_to_upload():
     at = ok(open_page("pages/1_Attention.py"))
     notes = [m.value for m in at.sidebar.markdown]
-    assert any("over 20,000 characters is refused whole" in n and "Long text page's upload" in n for n in notes), notes
+    assert any("over 20,000 characters is refused whole" in n and "upload below" in n for n in notes), notes
+    assert [u.proto.label for u in at.sidebar.get("file_uploader")] == ["…or upload a document (.txt, .md)"]
 
 
 # ---- 8. Roles: a colour per role on every model, probe mode's strongest role ----
@@ -198,13 +203,13 @@ def test_the_home_page_says_how_to_open_a_collapsed_sidebar():
     ("pages/8_Generate.py", dict(model="builtin:lm", text=STORIES["Two friends"], gen_new="99999", gen_temp="-5"),
      ["New tokens: 99999 in the link is not a whole number from 1 to 256; showing 20.",
       "Temperature (0: greedy): -5 in the link is not a number from 0 to 10; showing 0."]),
-    ("pages/9_Long_text.py", dict(text=QUOKKA, zoom_start="999999", token="abc"),
+    ("pages/1_Attention.py", dict(text=LONG_QUOKKA, zoom_start="999999", token="abc"),
      ["Window from token: 999999 in the link is not a whole number from 0 to {last}; showing 0.",
       "Token position: abc in the link is not a whole number from 0 to {last}; showing 1."]),
 ])
 def test_a_pages_own_bad_link_values_get_a_note(page, params, notes):
     at = ok(open_page(page, **params))
-    last = attnviz.trace(QUOKKA).n_tokens - 1
+    last = attnviz.trace(LONG_QUOKKA).n_tokens - 1
     assert [w.value for w in at.warning] == [n.format(last=last) for n in notes]
     at.run()  # the visitor's next run: the notes are gone
     assert not at.warning

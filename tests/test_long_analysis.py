@@ -103,8 +103,8 @@ def test_a_survey_is_not_read_from_a_padded_batch_or_outside_the_block():
 
 
 def test_a_model_held_eager_hands_nothing_over_and_the_page_surveys_it_after(tiny_model):
-    """A model whose attention attnviz cannot capture runs eager: nothing reaches the reducer, and the Long text
-    page's survey reads the trace's own weights instead."""
+    """A model whose attention attnviz cannot capture runs eager: nothing reaches the reducer, and the Attention
+    page's long view surveys the trace's own weights instead."""
     from attnviz.backends.hf import load_hf
     from attnviz.ui import long as page
 

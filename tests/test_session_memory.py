@@ -1,7 +1,8 @@
 """Sixty sessions on the Attention page with display options on, on one real server (loopback, bounded).
 
 The page kept each session's own copy of the weights once "hide special tokens" or a threshold was on
-(~72 MB per session at 512 tokens; 60 sessions reached 4.9 GB). Views now live in one cache all sessions
+(~72 MB per session at 512 tokens; 60 sessions reached 4.9 GB). The page draws cell by cell, with display options,
+up to 256 tokens (past that it pools a long text, ui/long.py): these texts have 253. Views now live in one cache all sessions
 share, bounded by ATTNVIZ_MAX_VIEWS_MB (256 MB by default). Every session here stays connected to the
 end, each with its own threshold, so each asks for a view no other session has: without the bound the
 server would hold 60 of them.
@@ -24,7 +25,7 @@ SESSIONS = 60
 AT_ONCE = 4
 BUDGET_S = float(os.environ.get("MEMORY_BUDGET_S", 300))
 VIEWS_MB = 256  # the default ATTNVIZ_MAX_VIEWS_MB, as the README states it
-TEXTS = [" ".join(random.Random(i).choice(WORDS) for _ in range(600)) + "." for i in range(2)]  # > 512 tokens
+TEXTS = [" ".join(random.Random(i).choice(WORDS) for _ in range(250)) + "." for i in range(2)]  # 253 tokens: cells
 
 
 @pytest.fixture(scope="module")
@@ -67,12 +68,12 @@ def sixty():
 
 def test_sixty_sessions_with_display_options_stay_within_the_views_budget(sixty, capsys):
     with capsys.disabled():
-        print(f"\n{sixty['sessions']} sessions on /Attention at 512 tokens, hide special tokens and a threshold "
+        print(f"\n{sixty['sessions']} sessions on /Attention at 253 tokens, hide special tokens and a threshold "
               f"each: server RSS {sixty['start']:,.0f} MB after the first {len(TEXTS)}, {sixty['end']:,.0f} MB "
               f"with all connected (+{sixty['end'] - sixty['start']:,.0f} MB)")
     assert not sixty["errors"], sixty["errors"][:3] + ["".join(sixty["log"])[-2000:]]
     assert sixty["sessions"] == SESSIONS, f"only {sixty['sessions']} sessions in {BUDGET_S} s"
-    # One view at 512 tokens is ~70 MB: 58 more sessions would add ~4 GB if each kept its own.
+    # One view at 253 tokens is ~17 MB: 58 more sessions would add ~1 GB if each kept its own.
     assert sixty["end"] - sixty["start"] < VIEWS_MB + 150, sixty
 
 

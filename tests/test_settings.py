@@ -70,6 +70,19 @@ def test_flags_and_the_secrets_fallback(logged, monkeypatch):
         "ATTNVIZ_ALLOW_PICKLE must be one of 1/true/yes/on/0/false/no/off, not 'sure'; using off instead"]
 
 
+def test_the_apps_limit_is_16384_tokens_and_one_setting_sets_it(monkeypatch):
+    """The Attention page takes every length: the app's limit is ATTNVIZ_MAX_TOKENS (16,384 by default, the model's
+    own limit still applies); the other pages read ATTNVIZ_PAGE_TOKENS of it. No second, long-text limit."""
+    from attnviz.ui import frame
+
+    monkeypatch.delenv("ATTNVIZ_MAX_TOKENS", raising=False)
+    monkeypatch.delenv("ATTNVIZ_PAGE_TOKENS", raising=False)
+    assert settings.APP_MAX_TOKENS == frame.max_tokens() == 16_384 and frame.page_cap() == settings.PAGE_TOKENS == 512
+    monkeypatch.setenv("ATTNVIZ_MAX_TOKENS", "300")
+    assert frame.max_tokens() == frame.page_cap() == 300
+    assert not [n for n in dir(settings) if "long" in n.lower()]
+
+
 def test_the_app_runs_on_a_mistyped_setting(logged, monkeypatch):
     """A typo in a limit read inside every request: the page still draws, at the default, and the log says so."""
     monkeypatch.setenv("ATTNVIZ_MAX_TOKENS", "512 tokens")

@@ -222,7 +222,11 @@ def received_line(received: np.ndarray, n_queries: int, title: str) -> go.Figure
 
 
 def distance_profile(distance: np.ndarray, labels: list[str], title: str, selected: int | None = None) -> go.Figure:
-    """(H, bins) share of each head's weight by query–key distance, one line per head over log bins."""
+    """(H, bins) share of each head's weight by query–key distance, one line per head over log bins.
+
+    The bins' labels are slanted, with room below for the longest: a long text's dozen ("4,096–8,191") did not fit
+    flat beside each other in a narrow window, and plotly slanting them itself laid the chart out twice."""
+    below = NUMBERS_BELOW + 5 * max(map(len, labels), default=0)  # a slanted label's height: ~5 px a character
     return go.Figure([
         go.Scatter(x=np.arange(len(labels)), y=np.asarray(d, np.float32), mode="lines+markers", name=f"head {h}",
                    line=dict(width=4 if h == selected else 1.5),
@@ -231,7 +235,8 @@ def distance_profile(distance: np.ndarray, labels: list[str], title: str, select
         for h, d in enumerate(distance)
     ], layout=dict(
         title=f"{title} · how weight falls off with query–key distance (log bins)",
-        xaxis=dict(title="distance |query − key| in tokens", tickvals=list(range(len(labels))), ticktext=labels),
-        yaxis=dict(title="share of the weight", rangemode="tozero"), height=360,
-        margin=dict(l=NUMBERS_LEFT, r=SIDE_KEY, t=50, b=NUMBERS_BELOW),
+        xaxis=dict(title="distance |query − key| in tokens", tickvals=list(range(len(labels))), ticktext=labels,
+                   tickangle=-45),
+        yaxis=dict(title="share of the weight", rangemode="tozero"), height=360 + below - NUMBERS_BELOW,
+        margin=dict(l=NUMBERS_LEFT, r=SIDE_KEY, t=50, b=below),
     ))

@@ -18,7 +18,7 @@ import streamlit as st
 from attnviz import settings
 from attnviz.backends import footprint
 from attnviz.backends import DEFAULT_MODEL, list_models, normalise, open_model
-from attnviz.backends.common import check_text
+from attnviz.backends.common import MAX_CHARS, check_text
 from attnviz.data.samples import ALL_SAMPLES, samples_for
 from attnviz.ui import collect, heads, jobs, share
 from attnviz.ui.readable import unknown_note
@@ -33,7 +33,8 @@ LAYOUT_CSS = (
     ".stHorizontalBlock:has(> .stColumn .stPlotlyChart) { flex-wrap: wrap; }"
     ".stColumn:has(.stPlotlyChart) { min-width: min(100%, 26rem); }"
 )
-# A page whose forward runs for seconds (a tracer with its own progress: the Long text page) moves nothing on the page
+# A page whose forward runs for seconds (a tracer with its own progress: the Attention page's long trace, which puts
+# STILL_CSS on the page before it starts) moves nothing on the page
 # while it runs: a browser on the server's machine (a laptop demo, the benchmarks) draws every change on the CPU the
 # model needs (bench/RESULTS.md, Long texts rounds 7 and 8).
 BAR_KEY = "progress_bar"  # the key prefix of the containers a tracer draws its progress bars in (ui/long.py)
@@ -75,8 +76,15 @@ def _cached_model(key: str):
 
 
 def max_tokens() -> int:
-    """The app's token limit: ATTNVIZ_MAX_TOKENS, else APP_MAX_TOKENS (the library's default is larger)."""
+    """The app's token limit: ATTNVIZ_MAX_TOKENS, else APP_MAX_TOKENS (the library's default is larger); the
+    model's own position limit still applies."""
     return settings.max_tokens(settings.APP_MAX_TOKENS)
+
+
+def page_cap() -> int:
+    """How many of a text's first tokens a page other than Attention reads: ATTNVIZ_PAGE_TOKENS, within the app's
+    limit (its analyses run on the same tokens as its trace)."""
+    return min(settings.page_tokens(), max_tokens())
 
 
 # Traces are frozen with read-only arrays, so one cached object can be shared safely between
@@ -217,8 +225,35 @@ def _model_changed() -> None:
         st.session_state["text"] = next(iter(ours.values()))
 
 
+MAX_UPLOAD_BYTES = 2 * 2**20  # a .txt or .md of 2 MB is far more text than 16,384 tokens
+
+
+def uploaded_text(text: str) -> str:
+    """The uploaded file's text when there is one (a plain message when it cannot be read), else ``text``."""
+    file = st.file_uploader("…or upload a document (.txt, .md)", type=["txt", "md"], key="upload",
+                            max_upload_size=MAX_UPLOAD_BYTES // 2**20,  # refused before it is buffered
+                            help="An uploaded document replaces the text box's text (which takes at most "
+                                 f"{share.max_chars():,} characters); links cannot carry it.")
+    if file is None:
+        return text
+    if file.size > MAX_UPLOAD_BYTES:
+        st.error(f"{file.name!r} is {file.size / 2**20:.1f} MB; this page takes files up to "
+                 f"{MAX_UPLOAD_BYTES / 2**20:.0f} MB. The text box's text is shown instead.")
+        return text
+    try:
+        body = file.getvalue().decode("utf-8")
+    except UnicodeDecodeError:
+        st.error(f"{file.name!r} is not UTF-8 text. The text box's text is shown instead.")
+        return text
+    note = f" (its first {MAX_CHARS:,} characters are read)" if len(body) > MAX_CHARS else ""
+    st.caption(f"Showing the uploaded document: {len(body):,} characters{note}. A shared link holds the text box's "
+               "text, not the upload.")
+    return body
+
+
 def sidebar() -> tuple[str, str]:
-    """Model picker, samples and text box; returns (model key, text)."""
+    """Model picker, samples, text box and upload; returns (model key, text): an uploaded document's text, when
+    one is uploaded."""
     with st.sidebar:
         key = st.selectbox(
             "Model",
@@ -243,7 +278,8 @@ def sidebar() -> tuple[str, str]:
         # The browser refuses a longer paste whole, without telling the server: say so before it happens (in grey
         # Markdown, not a caption: the page's first caption is its status line).
         st.markdown(f":gray[A paste over {share.max_chars():,} characters is refused whole and the box keeps its "
-                    "text; a longer document goes in the Long text page's upload.]")
+                    "text; a longer document goes in the upload below.]")
+        text = uploaded_text(text)
     return (key or DEFAULT_MODEL), text
 
 
@@ -285,29 +321,25 @@ def use_app_navigation() -> None:
             st.rerun()
 
 
-def frame(title: str, tracer=None, text_from=None, whole: bool = False) -> Frame:
+def frame(title: str, tracer=None, whole: bool = False) -> Frame:
     """Render the shared frame and return the model and trace; stops the page with a message on bad input.
 
     A page draws the first ATTNVIZ_PAGE_TOKENS tokens of a text, cell by cell; ``whole``: every token the app takes
     (the Attention page, which pools a long text).
 
-    ``tracer(key, text) -> trace`` replaces ``get_trace`` (the Long text page's own cap and survey) and shows its
-    own progress;
-    ``text_from(text) -> text`` may replace the text box's text (the Long text page's upload) before it is traced.
+    ``tracer(key, text) -> trace | None`` may replace ``get_trace`` (the Attention page's long trace with its
+    survey, ui/long.py) and shows its own progress; None leaves the text to ``get_trace``.
     """
     use_app_navigation()
     collect.start()  # Streamlit's own collection is off (.streamlit/config.toml)
     st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
-    css = LAYOUT_CSS + (STILL_CSS if tracer is not None else "")
-    st.markdown(f"<style>{css}</style>", unsafe_allow_html=True)  # our own constants, no user text
+    st.markdown(f"<style>{LAYOUT_CSS}</style>", unsafe_allow_html=True)  # our own constants, no user text
     share.read_link()
     heads.follow_click()
     carry_over(title)
     key, text = sidebar()
     remember("model", "text")
     share.check_link(key, model_options()[0], offered)
-    if text_from is not None:
-        text = text_from(text)
     try:
         share.check_allowed(key, model_options())
         text = check_text(text)
@@ -319,6 +351,9 @@ def frame(title: str, tracer=None, text_from=None, whole: bool = False) -> Frame
             with st.spinner(f"Loading {key}…"):  # machine CPU the model needs (0.1–0.7 s a 4,096-token forward)
                 model = offered(key)
             trace = tracer(key, text)
+            if trace is None:  # not the tracer's: the frame's own path
+                with st.spinner(f"Computing attention of {key}…"):
+                    trace = get_trace(key, text, tokens=None if whole else settings.page_tokens())
     except ValueError as e:
         st.error(plain(str(e)))
         st.stop()
@@ -326,17 +361,21 @@ def frame(title: str, tracer=None, text_from=None, whole: bool = False) -> Frame
         log.exception("trace failed for %s", key)
         st.error(plain(share.fault(key, e)))
         st.stop()
-    status(trace, None if whole or tracer is not None else settings.page_tokens())
+    status(trace, None if whole or tracer is not None else settings.page_tokens(), model.limit(max_tokens()))
     unknown_note(trace, key)
     return Frame(key, model, text, trace)
 
 
-def status(trace, page_cap: int | None = None) -> None:
-    """One line: model, kind, token count and what was truncated (by the model's positions or this page's cap)."""
+def status(trace, page_cap: int | None = None, limit: int | None = None) -> None:
+    """One line: model, kind, token count and what was truncated (by the model's positions or this page's cap).
+
+    ``limit``: the most tokens the model takes in the app (``model.limit(max_tokens())``; default the app's limit):
+    a page's cap at or above it cuts nothing the model would have read."""
     stacks = [trace] if trace.kind != "encoder-decoder" else [trace.encoder, trace.decoder]
     counts = " → ".join(str(s.n_tokens) for s in stacks)
     line = f"**{plain(trace.model)}** · {trace.kind} · {counts} tokens"
-    if trace.truncated and page_cap is not None and stacks[0].n_tokens == min(page_cap, max_tokens()) < max_tokens():
+    limit = max_tokens() if limit is None else limit
+    if trace.truncated and page_cap is not None and stacks[0].n_tokens == min(page_cap, limit) < limit:
         line += (f" · ⚠️ this page reads the first {stacks[0].n_tokens:,} tokens and leaves {trace.truncated:,} out: "
                  "it draws every position cell by cell (ATTNVIZ_PAGE_TOKENS raises it); the Attention page "
                  "explores the whole text")

@@ -1,4 +1,6 @@
-"""The Long text page's Streamlit pieces: the upload, the long trace with its survey and a progress bar."""
+"""The Attention page past CELLS tokens: the long trace with its survey and a progress bar, and the explorer drawn
+from them (every head pooled, a head at block resolution with an exact zoomed window, a token's reach across the
+document, attention sinks and distance profiles)."""
 
 from __future__ import annotations
 
@@ -9,44 +11,23 @@ from functools import partial
 from typing import NamedTuple
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
+from attnviz import analysis
 from attnviz.backends import footprint
 from attnviz.analysis.long import Reducer, Survey, block_size, survey, traced, window
 from attnviz.backends import normalise
-from attnviz.backends.common import MAX_CHARS
+from attnviz.core.tokens import clean
 from attnviz.figures import long as figs
 from attnviz.ui import jobs
 from attnviz.ui.derived import nbytes
 from attnviz.core.weights import TILE_FLOATS
-from attnviz.ui.frame import BAR_KEY, resolve
-from attnviz.ui.share import linked_number, max_chars
+from attnviz.ui.frame import BAR_KEY, STILL_CSS, layer_head, max_tokens, resolve
+from attnviz.ui.heads import head_chart
+from attnviz.ui.share import linked_number, plain
 
-MAX_UPLOAD_BYTES = 2 * 2**20  # a .txt or .md of 2 MB is far more text than 16,384 tokens
-
-
-def uploaded_text(text: str) -> str:
-    """The uploaded file's text when there is one (a plain message when it cannot be read), else ``text``."""
-    file = st.file_uploader("…or upload a document (.txt, .md)", type=["txt", "md"], key="upload",
-                            max_upload_size=MAX_UPLOAD_BYTES // 2**20,  # refused before it is buffered
-                            help="An uploaded document replaces the text box's text (which takes at most "
-                                 f"{max_chars():,} characters); links cannot carry it.")
-    if file is None:
-        return text
-    if file.size > MAX_UPLOAD_BYTES:
-        st.error(f"{file.name!r} is {file.size / 2**20:.1f} MB; this page takes files up to "
-                 f"{MAX_UPLOAD_BYTES / 2**20:.0f} MB. The text box's text is shown instead.")
-        return text
-    try:
-        body = file.getvalue().decode("utf-8")
-    except UnicodeDecodeError:
-        st.error(f"{file.name!r} is not UTF-8 text. The text box's text is shown instead.")
-        return text
-    note = f" (its first {MAX_CHARS:,} characters are read)" if len(body) > MAX_CHARS else ""
-    st.caption(f"Showing the uploaded document: {len(body):,} characters{note}. A shared link holds the text box's "
-               "text, not the upload.")
-    return body
-
+CELLS = 256  # tokens: up to this many the Attention page draws every head cell by cell; past it, this explorer
 
 DETAIL = 256  # blocks a side of a head at block resolution
 BAR_AFTER_S = 0.3  # a progress bar shows once the forward has run this long (a bar that comes and goes delays the page)
@@ -131,6 +112,30 @@ def _evict() -> bool:
 
 
 jobs.keeper(_kept_mb, _evict)
+
+
+def _known(key: str, text: str, limit: int, model) -> bool:
+    """Whether a long trace of ``text`` under ``model`` is kept or still alive (no need to count its tokens)."""
+    k = (normalise(key), text, limit)
+    with _lock:
+        return (k in _LONG and _LONG[k].model is model) or _LIVE.get((*k, id(model))) is not None
+
+
+def tracer(key: str, text: str):
+    """The Attention page's tracer (``frame(tracer=…)``): over CELLS tokens (counted by the model's tokenizer before
+    any forward), the long trace with its survey; else None, and the frame traces the text for the cell-by-cell
+    explorer. A text is traced once, one way or the other."""
+    model, cap = resolve(key), max_tokens()
+    if not (_known(key, text, cap, model) or model.limit(cap) > CELLS and footprint.n_tokens(model, text, cap) > CELLS):
+        return None
+    st.markdown(f"<style>{STILL_CSS}</style>", unsafe_allow_html=True)  # our own constant, no user text
+    return long_trace(key, text, cap)
+
+
+def is_long(trace) -> bool:
+    """Whether ``trace`` was made by ``long_trace`` (the Attention page shows it with ``explore``)."""
+    with _lock:
+        return trace.stack(None).weights in _SURVEYS
 
 
 def long_trace(key: str, text: str, limit: int):
@@ -251,3 +256,96 @@ def detail(key: str, text: str, cap: int, overview: int, layer: int, head: int |
     st.plotly_chart(figs.window_heatmap(w, start, stack.queries.tokens, name), key="long_window")
     st.caption(f"These rows keep {w.sum(1).mean():.1%} of their weight inside the window on average; "
                "the rest goes to tokens outside it.")
+
+
+TOP_K = 10
+RANGE_LIMITS = {  # analyses that need every weight at once, with what they cost
+    "Attention rollout and flow (Analysis page)": "multiply L dense T×T matrices (rollout is O(L·T³)); "
+                                                   "they run on a text's first ATTNVIZ_PAGE_TOKENS tokens (512 by default)",
+    "Head importance by ablation (Analysis page)": "runs the model once per head: at this length each run is a full forward",
+    "Token focus and every head cell by cell (this page)": f"draws T×T cells per head: up to {CELLS} tokens",
+}
+
+
+def explore(f) -> None:
+    """The Attention page past CELLS tokens, from the frame ``f`` of a long trace: every head pooled, detail and
+    zoom, a token's reach, attention received and sinks, distance profiles."""
+    cap = max_tokens()
+    stack = f.trace.stack(None)  # self-attention; an encoder–decoder's encoder
+    tokens, T = stack.queries.tokens, stack.queries.n_tokens
+    L, H = stack.weights.shape[:2]
+    if f.trace.truncated:  # the status line says so too; this says which limit
+        st.info(f"The text has more tokens than this page takes: the first {T:,} are shown and "
+                f"{f.trace.truncated:,} were cut (limit {f.model.limit(cap):,}: ATTNVIZ_MAX_TOKENS "
+                "or the model's own position limit).")
+
+    st.title("Attention")
+    st.caption(f"{T:,} tokens: more than {CELLS} are drawn as pooled blocks, with an exact window to zoom into.")
+    if f.trace.kind == "encoder-decoder":
+        st.caption("An encoder–decoder: this page shows the encoder's self-attention.")
+    reduce = st.radio("Pool blocks by their", list(figs.REDUCES), key="pool", bind="query-params", horizontal=True,
+                      help="max keeps a single sharp weight visible; mean shows where weight lies.")
+    small = figs.overview_size(L, H)
+    surveyed = cached_survey(stack, small)
+    layer, head = layer_head(L, H, with_mean=True)
+    name = f"layer {layer}, mean of {H} heads" if head is None else f"layer {layer}, head {head}"
+
+    st.subheader("Every head")
+    mosaic = figs.head_mosaic(surveyed.pooled("overview", reduce), reduce, T, surveyed.block("overview"),
+                              (layer, head))
+    head_chart(mosaic, "long_overview", H, page=None)  # point i of the mosaic is head i, row by row
+
+    st.subheader("Detail and zoom")
+    detail(f.key, f.text, cap, small, layer, head, reduce, name)
+
+    st.subheader("A token's reach")
+    c1, c2 = st.columns([1, 2])
+    word = c2.text_input("Find a word", key="find",
+                         help="Lists where each word that reads this starts, however the tokenizer cut it into pieces.")
+    if word:
+        hits = analysis.long.find(tokens, word, stack.queries.word_ids)
+        if hits:
+            c2.caption(f"{len(hits):,} positions: " + ", ".join(f"{i:,}" for i in hits[:40])
+                       + (" …" if len(hits) > 40 else ""))
+            if c2.button(f"Go to the first ({hits[0]:,})", key="find_go"):
+                st.session_state["token"] = hits[0]
+        else:
+            c2.caption(f"No word reads {plain(word)!s}.")
+    focus = int(linked_number(c1, "Token position", 0, T - 1, "token", **initial("token", min(1, T - 1))))
+    side = stack.name if stack.name != "self" else None
+    row, col = f.trace.row(layer, head, focus, side), f.trace.column(layer, head, focus, side)  # (Tk,), (Tq,)
+    st.plotly_chart(figs.reach_lines(row, col, focus, clean(tokens[focus]), name), key="long_reach",
+                    on_select=follow_point, selection_mode="points")
+    direction = st.radio("Shade the text by", ["what it attends to", "what attends to it"], key="reach_dir",
+                         horizontal=True, bind="query-params")
+    by_row = direction == "what it attends to"
+    shade = row if by_row else col
+    st.html(figs.reach_html(tokens, stack.queries.word_ids, shade, focus))
+    top = analysis.long.top_keys(shade, TOP_K)
+    table = f"reach_top_{focus}_{'row' if by_row else 'column'}"  # a new token's table starts with no row picked
+    st.dataframe(pd.DataFrame(
+        [(int(i), float(shade[i]), *analysis.long.context(tokens, int(i))) for i in top],
+        columns=["position", "weight", "before", "token", "after"],
+    ), hide_index=True, key=table, on_select=partial(follow_row, table, [int(i) for i in top]),
+        selection_mode="single-row")
+    st.caption("Click a point on either line, or pick a row of the table, to follow that token.")
+
+    st.subheader("Attention received and sinks")
+    share = analysis.long.first_token_share(surveyed)
+    st.plotly_chart(figs.sink_grid(share, analysis.long.SINK_SHARE), key="long_sinks")
+    delim = analysis.long.delimiters(tokens, stack.queries.special)
+    found = analysis.long.sinks(surveyed)
+    st.caption((f"{len(found)} sink heads: " + ", ".join(f"L{l} H{h} ({s:.0%})" for l, h, s in found[:12])) if found
+               else f"No head puts {analysis.long.SINK_SHARE:.0%} or more of its weight on the first token.")
+    if delim.any():
+        st.plotly_chart(figs.sink_grid(analysis.long.delimiter_share(surveyed, delim), analysis.long.SINK_SHARE,
+                                       "delimiters (punctuation and special tokens)"), key="long_delims")
+    received = surveyed.received[layer].mean(0) if head is None else surveyed.received[layer, head]  # (Tk,)
+    st.plotly_chart(figs.received_line(received, T, name), key="long_received")
+
+    st.subheader("Distance profile")
+    st.plotly_chart(figs.distance_profile(surveyed.distance[layer], analysis.long.distance_labels(surveyed.edges),
+                                          f"layer {layer}", head), key="long_distance")
+
+    with st.expander("What does not run at this length"):
+        st.markdown("\n".join(f"- **{k}**: {v}." for k, v in RANGE_LIMITS.items()))

@@ -9,7 +9,7 @@ mosaic (``figures.overview.mosaic``) as a PNG.
 
 The kernel computes what is on screen only, through ``trace.head/row/column/pooled`` and ``analysis.long.window``:
 a text up to SCREEN × SCREEN cells sends its whole head (≤ 1 MB); a longer one sends the head at block resolution
-and an exact window, as the Long text page does. Without a kernel (nbconvert, a rendered notebook) the cell
+and an exact window, as the Attention page does past 256 tokens. Without a kernel (nbconvert, a rendered notebook) the cell
 shows static PNGs of the overview and the head. Never imports Streamlit.
 """
 
@@ -33,7 +33,7 @@ from ..core.trace import AttentionTrace, Seq2SeqTrace, stacks
 from ..figures.view import colour_top
 
 SCREEN = 512  # a head up to SCREEN × SCREEN cells is sent whole (1 MB of float32); a longer one as blocks + window
-DETAIL = 256  # blocks a side of a long head at block resolution (as the Long text page)
+DETAIL = 256  # blocks a side of a long head at block resolution (as the Attention page past 256 tokens)
 WINDOW_MAX = 256  # tokens a side of a long text's exact window
 STATIC_PIXELS = 256  # the most pixels a side of the static head image
 INSTALL = "the notebook explorer needs anywidget: pip install 'attnviz[notebook]' (or -r requirements-notebook.txt)"

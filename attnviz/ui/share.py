@@ -147,10 +147,18 @@ def read_link() -> None:
         link["fresh"] = False
 
 
+def _fragment_rerun() -> bool:
+    """Whether this run reruns a fragment only (a zoom on the Attention page's long view): the run that drew the
+    page around it checked the link, and the fragment's widgets since moved away from it."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    return bool(getattr(get_script_run_ctx(), "fragment_ids_this_run", None))
+
+
 def _raw(name: str) -> list[str]:
-    """The link's values for ``name``, only while the session is still showing that link."""
+    """The link's values for ``name``, only while the session is still showing that link (its first full run)."""
     link = st.session_state.get(_LINK, {})
-    return link["raw"].get(name, []) if link.get("fresh") else []
+    return link["raw"].get(name, []) if link.get("fresh") and not _fragment_rerun() else []
 
 
 def _fall_back(name: str, value, message: str) -> None:

@@ -1,7 +1,8 @@
-"""The Long text page in real Streamlit (AppTest) at 8,192 tokens of builtin:seed: the overview, the block map and
-a zoomed window carry the trace's own exact weights, a token's reach finds a rare word and shows its row and
-column, a link reopens the same window, and the page stays under 2 MB; the forward's and the survey's progress bars
-can show in one run."""
+"""The Attention page past 256 tokens in real Streamlit (AppTest), at 8,192 tokens of builtin:seed: the overview,
+the block map and a zoomed window carry the trace's own exact weights, a token's reach finds a rare word and shows
+its row and column, a link reopens the same window (an old /Long_text link too), and the page stays under 2 MB;
+the forward's and the survey's progress bars can show in one run. At 256 tokens the page is still cell by cell, and
+a 3,000-token text asks for no dense weights."""
 
 import base64
 import json
@@ -15,7 +16,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 from streamlit.testing.v1 import AppTest
 
 from attnviz.analysis.long import top_keys
-from helpers import decode
+from helpers import decode, ok, open_page
 
 N = 8192
 WORDS = "the of and river stone cloud light paper window garden music water field house".split()
@@ -36,19 +37,15 @@ ZOOM = dict(layer="2", head="5", zoom_start="4000", zoom_size="48", pool="mean")
 
 @pytest.fixture(scope="module", autouse=True)
 def long_settings():
-    old = {k: os.environ.get(k) for k in ("ATTNVIZ_MAX_LONG_TOKENS", "ATTNVIZ_MAX_CHARS")}
-    os.environ.update(ATTNVIZ_MAX_LONG_TOKENS=str(N), ATTNVIZ_MAX_CHARS="200000")
+    old = {k: os.environ.get(k) for k in ("ATTNVIZ_MAX_TOKENS", "ATTNVIZ_MAX_CHARS")}
+    os.environ.update(ATTNVIZ_MAX_TOKENS=str(N), ATTNVIZ_MAX_CHARS="200000")
     yield
     for k, v in old.items():
         os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
 
-def run(**params) -> AppTest:
-    at = AppTest.from_file("../pages/9_Long_text.py", default_timeout=1200)
-    at.query_params.update(model="builtin:seed", text=TEXT, **params)
-    at.run()
-    assert not at.exception and not at.error, (at.exception, at.error)
-    return at
+def run(page: str = "pages/1_Attention.py", **params) -> AppTest:
+    return ok(open_page(page, timeout=1200, model="builtin:seed", text=TEXT, **params))
 
 
 def charts(at) -> dict:
@@ -139,6 +136,15 @@ def test_a_shared_zoomed_link_reopens_the_same_window(zoomed, head):
     assert again.number_input(key="zoom_start").value == 6000
     window = charts(again)["long_window"]["data"][0]
     np.testing.assert_allclose(decode(window["z"]), head[6000:6048, 6000:6048], rtol=1e-6, atol=1e-9)
+
+
+def test_an_old_long_text_link_opens_the_same_zoomed_view_on_the_attention_page(zoomed):
+    old = run("pages/9_Long_text.py", **ZOOM)  # a link to the Long text page, from before it merged
+    assert [t.value for t in old.title] == ["Attention"]
+    assert charts(old)["long_window"] == charts(zoomed)["long_window"]
+    assert old.number_input(key="zoom_start").value == 4000 and old.number_input(key="zoom_size").value == 48
+    assert (old.selectbox(key="layer").value, old.selectbox(key="head").value) == (2, 5)
+    assert old.radio(key="pool").value == "mean"
 
 
 def test_clicking_a_head_in_the_overview_opens_it(trace):
@@ -237,3 +243,42 @@ def test_the_forwards_bar_and_the_surveys_bar_can_show_in_one_run(monkeypatch):
     assert not at.exception
     bars = [e.proto for e in at.get("progress")]
     assert [(b.value, b.text) for b in bars] == [(75, "Reading all heads")]
+
+
+def words_of(n: int) -> str:
+    """A text of exactly ``n`` builtin:seed tokens."""
+    from attnviz.backends.footprint import n_tokens
+    from attnviz.ui.frame import get_model
+
+    words = document().split()
+    k = n  # each word is a token or more, and [CLS] and [SEP] are two
+    while n_tokens(get_model("builtin:seed"), " ".join(words[:k])) > n:
+        k -= 1
+    text = " ".join(words[:k])
+    assert n_tokens(get_model("builtin:seed"), text) == n
+    return text
+
+
+@pytest.mark.parametrize("n, long", [(256, False), (257, True)])
+def test_the_page_is_cell_by_cell_up_to_256_tokens_and_pooled_past_it(n, long):
+    from attnviz.ui.long import CELLS
+
+    assert CELLS == 256
+    at = ok(open_page("pages/1_Attention.py", timeout=300, model="builtin:seed", text=words_of(n)))
+    assert any(c.value.startswith("**builtin:seed**") and f"{n} tokens" in c.value for c in at.caption)
+    keys = set(charts(at))
+    if long:
+        assert {"long_overview", "long_blocks", "long_window", "long_reach"} <= keys, keys
+        assert not any(k.startswith("overview_") or k.startswith("detail_") for k in keys), keys
+    else:
+        assert {"overview_self", "detail_self", "focus_self"} <= keys, keys
+        assert not any(k.startswith("long_") for k in keys), keys
+
+
+def test_a_3000_token_text_asks_for_no_dense_weights(monkeypatch):
+    """ATTNVIZ_MAX_DENSE_MB=1 refuses any read of every head at once: the long view never asks for one."""
+    monkeypatch.setenv("ATTNVIZ_MAX_DENSE_MB", "1")
+    text = words_of(3000)
+    at = ok(open_page("pages/1_Attention.py", timeout=600, model="builtin:seed", text=text))
+    assert any(c.value.startswith("**builtin:seed**") and "3000 tokens" in c.value for c in at.caption)
+    assert {"long_overview", "long_blocks", "long_window", "long_reach", "long_sinks", "long_distance"} <= set(charts(at))
