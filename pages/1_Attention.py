@@ -13,7 +13,7 @@ from attnviz.ui.readable import model_output
 from attnviz.ui.heads import head_chart
 from attnviz.ui import long
 from attnviz.ui.share import chart_config, downloads
-from attnviz.figures.view import focus_html, stack_view, stacks
+from attnviz.figures.view import dense_stacks, focus_html, stack_view
 
 TABS = {"encoder": "Encoder", "decoder": "Decoder", "cross": "Cross"}
 AXES = {
@@ -33,7 +33,7 @@ log_scale = options.log_scale
 
 def view_of(name: str):
     """The stack as displayed, from the views all sessions share (no per-session copy of the weights)."""
-    attn, q, k, causal = stacks(f.trace)[name]
+    attn, q, k, causal = dense_stacks(f.trace)[name]
     shown = options._replace(log_scale=False)  # the log scale only recolours
     return derived(f.trace, ("attention", name, shown), lambda: stack_view(name, attn, q, k, causal, shown))
 
@@ -82,7 +82,7 @@ def links(view, name: str) -> None:
 
 st.title("Attention")
 model_output(f.model, f.text)
-stack_names = list(stacks(f.trace))
+stack_names = list(dense_stacks(f.trace))
 if stack_names == ["self"]:
     explore("self")
 else:

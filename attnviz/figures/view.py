@@ -56,7 +56,6 @@ def dense_stacks(trace) -> dict:
             for name, s in trace_stacks(trace).items()}
 
 
-stacks = dense_stacks  # the old name, which pages/1_Attention.py still imports
 
 
 def head_view(stack, layer: int, head: int | None, options: Options) -> StackView:
