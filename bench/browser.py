@@ -23,6 +23,7 @@ from common import LENGTHS, OUT, ROOT, conditions, ms, quick, save, table, text_
 sys.path.insert(0, str(ROOT / "tests"))
 from conftest import CHROMIUM, CHROMIUM_ARGS, start_server  # noqa: E402
 from payload import BROWSER_LENGTHS  # noqa: E402
+from attnviz.ui.long import CELLS  # noqa: E402
 
 TIMEOUT_MS = 180_000
 VIEWPORT = {"width": 1400, "height": 1000}
@@ -86,7 +87,12 @@ def attnviz_times(browser, tok) -> dict:
 
 
 def submit(page, box, text: str, n: int) -> dict:
-    """Type ``text``, press Ctrl+Enter, and time the page until both charts show it."""
+    """Type ``text``, press Ctrl+Enter, and time the page until both charts show it: past CELLS tokens the
+    Attention page's long view (its mosaic, then its block map and window), as bench/long_browser.py times it."""
+    if n > CELLS:
+        from long_browser import submit_long  # it imports this module
+
+        return submit_long(page, box, text)
     old_overview, old_detail = page.evaluate(SIGNATURE)
     box.fill(text)
     t0 = page.evaluate("performance.now()")
@@ -177,7 +183,8 @@ def report(result: dict) -> str:
         b = theirs.get(n) or theirs.get(str(n)) or {}
         rows.append([n, ms(r["overview_s"]), ms(r["detail_s"]), ms(r["painted_s"]),
                      ms(b.get("head_view", {}).get("drawn_s")), ms(b.get("model_view", {}).get("drawn_s"))])
-    return table("Browser: ms from submitting the text to the drawn page (headless Chromium)", [
+    return table("Browser: ms from submitting the text to the drawn page (headless Chromium; past 256 tokens the "
+                 "Attention page's long view: overview = its mosaic, detail = its block map and window)", [
         "tokens", "attnviz overview", "attnviz detail", "attnviz painted", "bertviz head view",
         "bertviz model view"], rows)
 
