@@ -27,8 +27,8 @@ except ValueError as e:
     st.info(plain(e))
     st.stop()
 trace = f.trace
-if trace.truncated and trace.n_tokens < f.model.limit():  # cut by this page, not by the model's positions: the
-    # edits run the model on the whole text (as the model takes it), twice and more, so a cut text is refused here
+if f.page_cut:  # cut by this page, not by the model's positions: the edits run the model on the whole text
+    # (as the model takes it), twice and more, so a cut text is refused here
     st.info(f"Interventions run the model on the whole text, as it is and edited, so this page takes texts of at most "
             f"{trace.n_tokens:,} tokens (ATTNVIZ_PAGE_TOKENS raises it); this one has {trace.n_tokens + trace.truncated:,}. "
             "Paste the passage you want to test.")

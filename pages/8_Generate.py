@@ -21,7 +21,7 @@ if not f.model.can("generate"):
     st.info(plain(f"{f.key} is not a causal language model. Pick builtin:lm, or a Hugging Face causal LM "
                   "(hf:gpt2 or a local folder), in the sidebar: the text box holds the prompt."))
     st.stop()
-if f.trace.truncated and f.trace.n_tokens < f.model.limit():  # cut by this page, not by the model's positions
+if f.page_cut:  # cut by this page, not by the model's positions
     st.info(f"This page draws the prompt and its continuation cell by cell, so it takes prompts of at most "
             f"{f.trace.n_tokens:,} tokens (ATTNVIZ_PAGE_TOKENS raises it); this one has "
             f"{f.trace.n_tokens + f.trace.truncated:,}. Paste the end of the text you want continued.")

@@ -60,6 +60,7 @@ class Frame(NamedTuple):
     model: object  # the loaded backend
     text: str
     trace: object  # AttentionTrace or Seq2SeqTrace
+    page_cut: bool = False  # this page's cap (ATTNVIZ_PAGE_TOKENS) cut the text short of what the model takes
 
 
 def get_model(key: str):
@@ -361,21 +362,27 @@ def frame(title: str, tracer=None, whole: bool = False) -> Frame:
         log.exception("trace failed for %s", key)
         st.error(plain(share.fault(key, e)))
         st.stop()
-    status(trace, None if whole or tracer is not None else settings.page_tokens(), model.limit(max_tokens()))
+    page_cut = cut_by_page(trace, None if whole or tracer is not None else settings.page_tokens(),
+                           model.limit(max_tokens()))
+    status(trace, page_cut)
     unknown_note(trace, key)
-    return Frame(key, model, text, trace)
+    return Frame(key, model, text, trace, page_cut)
 
 
-def status(trace, page_cap: int | None = None, limit: int | None = None) -> None:
-    """One line: model, kind, token count and what was truncated (by the model's positions or this page's cap).
+def cut_by_page(trace, page_cap: int | None, limit: int) -> bool:
+    """Whether a page's ``page_cap`` (None: none) cut ``trace`` short of ``limit``, the most tokens the model takes
+    in the app (``model.limit(max_tokens())``): a cap at or above it cuts nothing the model would have read."""
+    first = trace if trace.kind != "encoder-decoder" else trace.encoder
+    return bool(trace.truncated) and page_cap is not None and first.n_tokens == min(page_cap, limit) < limit
 
-    ``limit``: the most tokens the model takes in the app (``model.limit(max_tokens())``; default the app's limit):
-    a page's cap at or above it cuts nothing the model would have read."""
+
+def status(trace, page_cut: bool = False) -> None:
+    """One line: model, kind, token count and what was truncated (by the model's positions, or by this page's cap
+    when ``page_cut``)."""
     stacks = [trace] if trace.kind != "encoder-decoder" else [trace.encoder, trace.decoder]
     counts = " → ".join(str(s.n_tokens) for s in stacks)
     line = f"**{plain(trace.model)}** · {trace.kind} · {counts} tokens"
-    limit = max_tokens() if limit is None else limit
-    if trace.truncated and page_cap is not None and stacks[0].n_tokens == min(page_cap, limit) < limit:
+    if page_cut:
         line += (f" · ⚠️ this page reads the first {stacks[0].n_tokens:,} tokens and leaves {trace.truncated:,} out: "
                  "it draws every position cell by cell (ATTNVIZ_PAGE_TOKENS raises it); the Attention page "
                  "explores the whole text")

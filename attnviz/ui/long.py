@@ -23,11 +23,11 @@ from attnviz.figures import long as figs
 from attnviz.ui import jobs
 from attnviz.ui.derived import nbytes
 from attnviz.core.weights import TILE_FLOATS
+from attnviz.ui.display import CELLS  # up to CELLS tokens the Attention page draws every head cell by cell
 from attnviz.ui.frame import BAR_KEY, STILL_CSS, layer_head, max_tokens, resolve
 from attnviz.ui.heads import head_chart
 from attnviz.ui.share import linked_number, plain
 
-CELLS = 256  # tokens: up to this many the Attention page draws every head cell by cell; past it, this explorer
 
 DETAIL = 256  # blocks a side of a head at block resolution
 BAR_AFTER_S = 0.3  # a progress bar shows once the forward has run this long (a bar that comes and goes delays the page)
