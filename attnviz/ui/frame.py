@@ -341,20 +341,21 @@ def frame(title: str, tracer=None, whole: bool = False) -> Frame:
     key, text = sidebar()
     remember("model", "text")
     share.check_link(key, model_options()[0], offered)
+    cap = None if whole else page_cap()  # the tokens this page reads
     try:
         share.check_allowed(key, model_options())
         text = check_text(text)
         if tracer is None:
             with st.spinner(f"Loading {key} and computing attention…"):
                 model = offered(key)
-                trace = get_trace(key, text, tokens=None if whole else settings.page_tokens())
+                trace = get_trace(key, text, tokens=cap)
         else:  # the tracer shows its own progress: a spinner spinning beside it takes a browser on the server's
             with st.spinner(f"Loading {key}…"):  # machine CPU the model needs (0.1–0.7 s a 4,096-token forward)
                 model = offered(key)
             trace = tracer(key, text)
             if trace is None:  # not the tracer's: the frame's own path
                 with st.spinner(f"Computing attention of {key}…"):
-                    trace = get_trace(key, text, tokens=None if whole else settings.page_tokens())
+                    trace = get_trace(key, text, tokens=cap)
     except ValueError as e:
         st.error(plain(str(e)))
         st.stop()
@@ -362,8 +363,7 @@ def frame(title: str, tracer=None, whole: bool = False) -> Frame:
         log.exception("trace failed for %s", key)
         st.error(plain(share.fault(key, e)))
         st.stop()
-    page_cut = cut_by_page(trace, None if whole or tracer is not None else settings.page_tokens(),
-                           model.limit(max_tokens()))
+    page_cut = cut_by_page(trace, cap, model.limit(max_tokens()))
     status(trace, page_cut)
     unknown_note(trace, key)
     return Frame(key, model, text, trace, page_cut)
