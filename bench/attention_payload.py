@@ -16,7 +16,8 @@ import attnviz
 from attnviz.figures.attention import explorer_figures
 from attnviz.analysis import long
 from attnviz.figures import long as figs
-from attnviz.figures.view import Options, dense_stacks, stack_view
+from attnviz.figures.overview import stack_tiles
+from attnviz.figures.view import Options, layer_view
 from attnviz.ui.long import CELLS, DETAIL
 
 BUDGET = 2 * MB
@@ -48,9 +49,10 @@ def page_figures(trace, options: Options = Options(), layer: int = 0, head: int 
     """name -> go.Figure: exactly what pages/1_Attention.py draws for the first stack of ``trace``."""
     if trace.n_tokens > CELLS:
         return long_figures(trace, layer, head, focus)
-    name, (attn, q, k, causal) = next(iter(dense_stacks(trace).items()))
-    view = stack_view(name, attn, q, k, causal, options._replace(log_scale=False))
-    return explorer_figures(view, layer, head, min(focus, len(view.q_labels) - 1), "to", options.log_scale)
+    stack, shown = trace.stack(None), options._replace(log_scale=False)
+    view = layer_view(stack, layer, shown)
+    return explorer_figures(view, stack_tiles(stack, shown), layer, head, min(focus, len(view.q_labels) - 1), "to",
+                            options.log_scale)
 
 
 def measure(trace, options: Options, head: int | None) -> dict:

@@ -2,6 +2,7 @@
 detail, any token's view, cell by cell; past it, every head pooled, zoom into an exact window, a token's reach,
 sinks and distance profiles (ui/long.explore)."""
 
+import numpy as np
 import streamlit as st
 
 from attnviz.figures.attention import explorer_figures, link_grid
@@ -13,7 +14,8 @@ from attnviz.ui.readable import model_output
 from attnviz.ui.heads import head_chart
 from attnviz.ui import long
 from attnviz.ui.share import chart_config, downloads
-from attnviz.figures.view import dense_stacks, focus_html, stack_view
+from attnviz.figures.overview import stack_tiles
+from attnviz.figures.view import focus_html, layer_view, layer_views
 
 TABS = {"encoder": "Encoder", "decoder": "Decoder", "cross": "Cross"}
 AXES = {
@@ -29,18 +31,23 @@ if long.is_long(f.trace):
     st.stop()
 options, full_range = display_options()
 log_scale = options.log_scale
+shown = options._replace(log_scale=False)  # the log scale only recolours
 
 
-def view_of(name: str):
-    """The stack as displayed, from the views all sessions share (no per-session copy of the weights)."""
-    attn, q, k, causal = dense_stacks(f.trace)[name]
-    shown = options._replace(log_scale=False)  # the log scale only recolours
-    return derived(f.trace, ("attention", name, shown), lambda: stack_view(name, attn, q, k, causal, shown))
+def view_of(stack, layer: int):
+    """One layer as displayed, from the views all sessions share (no per-session copy of the weights)."""
+    return derived(f.trace, ("attention", stack.name, layer, shown), lambda: layer_view(stack, layer, shown))
+
+
+def overview_of(stack):
+    """(L, H, ≤64, ≤64) every head's overview tile, made one layer at a time."""
+    return derived(f.trace, ("attention tiles", stack.name, shown), lambda: stack_tiles(stack, shown))
 
 
 def explore(name: str) -> None:
-    view = view_of(name)
-    layer, head = layer_head(*view.attn.shape[:2], with_mean=True)
+    stack = f.trace.stack(None if name == "self" else name)
+    layer, head = layer_head(*stack.weights.shape[:2], with_mean=True)
+    view = view_of(stack, layer)
     overview = st.container()
     detail, focus_col = st.columns([3, 2])
     with focus_col:
@@ -50,22 +57,22 @@ def explore(name: str) -> None:
         names = view.q_labels if direction == "to" else view.k_labels
         token = st.selectbox("Token", names, index=min(1, len(names) - 1), key="focus", bind="query-params")
     focus = names.index(token)
-    figs = explorer_figures(view, layer, head, focus, direction, log_scale, full_range)
+    figs = explorer_figures(view, overview_of(stack), layer, head, focus, direction, log_scale, full_range)
     chart_key = f"overview_{name}"
     head_chart(figs["overview"], chart_key, view.attn.shape[1], page=None, where=overview)
-    stack = "encoder" if name == "self" else name
+    part = "encoder" if name == "self" else name
     with detail:
-        image = figure_name(f.trace.model, layer, head, "" if stack == "encoder" else stack)
+        image = figure_name(f.trace.model, layer, head, "" if part == "encoder" else part)
         st.plotly_chart(figs["detail"], key=f"detail_{name}", config=chart_config(image, key=f"share_{name}"))
-        downloads(f.trace, figs["detail"], layer, head, stack=stack, key=f"share_{name}")
+        downloads(f.trace, figs["detail"], layer, head, stack=part, key=f"share_{name}")
     with focus_col:
-        st.html(focus_html(view, layer, head, focus, direction, log_scale, full_range))
+        st.html(focus_html(view, 0, head, focus, direction, log_scale, full_range))
         st.plotly_chart(figs["focus"], key=f"focus_{name}")
         st.plotly_chart(figs["focus_heads"], key=f"focus_heads_{name}")
-    links(view, name)
+    links(stack, view, name)
 
 
-def links(view, name: str) -> None:
+def links(stack, view, name: str) -> None:
     """Which heads link two tokens: one weight per head for a chosen query and key; a click opens that head."""
     st.subheader("Which heads link two tokens?")
     c1, c2 = st.columns(2)
@@ -77,12 +84,14 @@ def links(view, name: str) -> None:
     q, k = q_names.index(query), k_names.index(key)
     if view.masked is not None and view.masked[q, k]:
         st.caption("A causal model's query never sees a later token: every head gives this pair 0.")
-    head_chart(link_grid(view, q, k), f"links_{name}", view.attn.shape[1], page=None)
+    values = derived(f.trace, ("attention links", name, shown, q, k),
+                     lambda: np.stack([v.attn[0, :, q, k] for v in layer_views(stack, shown)]))  # (L, H)
+    head_chart(link_grid(values, query, key), f"links_{name}", view.attn.shape[1], page=None)
 
 
 st.title("Attention")
 model_output(f.model, f.text)
-stack_names = list(dense_stacks(f.trace))
+stack_names = list(TABS) if f.trace.kind == "encoder-decoder" else ["self"]
 if stack_names == ["self"]:
     explore("self")
 else:

@@ -190,3 +190,28 @@ def test_which_heads_link_two_tokens_and_a_click_opens_one():
     assert (at.session_state["layer"], at.session_state["head"]) == (3, 7)
     assert charts(at)["detail"]["layout"]["title"]["text"] == "layer 3, head 7"
     assert (at.query_params["link_query"], at.query_params["link_key"]) == ("it", "animal")  # the link keeps them
+
+
+def test_the_cell_by_cell_view_never_reads_every_weight_at_once(monkeypatch):
+    """Up to CELLS tokens the page draws every cell, yet reads one layer and the overview's tiles layer by layer:
+    with ATTNVIZ_MAX_DENSE_MB=1 (under the 17 MB of MiniLM's heads at ~240 tokens) every figure still equals the
+    model's own weights."""
+    from attnviz.figures.overview import head_grid
+    from attnviz.ui.display import CELLS
+    from test_figures_attention import png_pixels
+
+    text = "The cat sat on the mat. " * 34 + "Finally the dog barked."
+    trace = attnviz.trace(text)
+    ref = trace.attentions  # the reference, every weight read before the limit is set (the page's trace is its own)
+    assert 200 < trace.n_tokens <= CELLS
+    monkeypatch.setenv("ATTNVIZ_MAX_DENSE_MB", "1")
+    at = run(text=text, layer="4", head="2", focus="dog", link_query="barked", link_key="dog")
+    figs = charts(at)
+    names = labels(trace.tokens)
+    np.testing.assert_allclose(heat(figs["detail"]), ref[4, 2], atol=1e-7)
+    dog, barked = names.index("dog"), names.index("barked")
+    np.testing.assert_allclose(heat(figs["focus_heads"]), ref[4, :, dog], atol=1e-7)
+    np.testing.assert_allclose(decode(figs["links"]["data"][0]["z"]), ref[:, :, barked, dog], atol=1e-7)
+    want = head_grid(ref, None, (4, 2))
+    assert figs["overview"]["data"][0]["source"] == want.data[0].source  # the same image, pixel for pixel
+    assert png_pixels(want).shape[:2] == (6 * 65 - 1, 12 * 65 - 1)

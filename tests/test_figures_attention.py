@@ -11,10 +11,10 @@ from PIL import Image
 
 import attnviz
 from attnviz.figures.attention import QUANTISE_ABOVE, attention_heatmap, explorer_figures
-from attnviz.figures.overview import head_grid
+from attnviz.figures.overview import head_grid, stack_tiles, tiles
 from attnviz.core.tokens import labels, merge_subwords, word_labels
-from attnviz.core.trace import AttentionTrace, Seq2SeqTrace
-from attnviz.figures.view import Options, colour_top, focus_html, stack_view, dense_stacks
+from attnviz.core.trace import AttentionTrace, Seq2SeqTrace, stacks
+from attnviz.figures.view import Options, colour_top, focus_html, layer_view, side, stack_view
 from helpers import decode
 
 TOKENS = ("[CLS]", "the", "un", "##believ", "##able", "cat", "the", "[SEP]")
@@ -36,8 +36,14 @@ def encoder_trace(**kw):
 
 
 def view(trace, options=Options(), name=None):
-    (name, (attn, q, k, causal)), *_ = [(n, s) for n, s in dense_stacks(trace).items() if name in (None, n)]
-    return stack_view(name, attn, q, k, causal, options)
+    """The reference: the options applied to every weight of the stack at once."""
+    (name, s), *_ = [(n, s) for n, s in stacks(trace).items() if name in (None, n)]
+    return stack_view(name, s.weights.dense(), side(s.queries), side(s.keys), s.causal, options)
+
+
+def one_layer(v, layer):
+    """What the page reads for ``layer``: the view with that layer alone, (1, H, Tq, Tk)."""
+    return v._replace(attn=v.attn[layer:layer + 1])
 
 
 def colours(w):
@@ -125,7 +131,7 @@ def test_seq2seq_stacks_put_target_on_rows_and_source_on_columns():
     dec = AttentionTrace(tokens=("<s>", "x", "y"), attentions=softmax_rows((L, H, Tt, Tt), causal=True),
                          special=[1, 0, 0], kind="decoder")
     trace = Seq2SeqTrace(encoder=enc, decoder=dec, cross_attentions=softmax_rows((L, H, Tt, Ts), seed=3))
-    assert list(dense_stacks(trace)) == ["encoder", "decoder", "cross"]
+    assert list(stacks(trace)) == ["encoder", "decoder", "cross"]
     cross = view(trace, name="cross")
     assert cross.q_labels == ["<s>", "x", "y"] and cross.k_labels == ["a", "b", "c", "d", "</s>"]
     assert cross.masked is None
@@ -244,14 +250,39 @@ def test_overview_max_pools_long_texts_and_greys_fully_masked_blocks():
 def test_explorer_figures_for_one_head_the_mean_and_a_focus_token():
     t = encoder_trace()
     v = view(t)
-    figs = explorer_figures(v, 1, None, focus=2, direction="to")
+    figs = explorer_figures(one_layer(v, 1), tiles(v.attn), 1, None, focus=2, direction="to")
     np.testing.assert_allclose(figs["detail"].data[0].z, t.attentions[1].mean(0), rtol=1e-6)
     assert figs["detail"].layout.title.text == "layer 1, mean of 3 heads"
     np.testing.assert_allclose(figs["focus"].data[0].y, t.attentions[1].mean(0)[2], rtol=1e-6)
-    figs = explorer_figures(v, 0, 2, focus=3, direction="from")
+    figs = explorer_figures(one_layer(v, 0), tiles(v.attn), 0, 2, focus=3, direction="from")
     np.testing.assert_array_equal(figs["focus"].data[0].y, t.attentions[0, 2, :, 3])
     np.testing.assert_array_equal(figs["focus_heads"].data[0].z, t.attentions[0, :, :, 3])
     assert figs["focus"].layout.xaxis.title.text == "query"
+
+
+@pytest.mark.parametrize("options", [Options(), Options(hide_special=True, renorm=False),
+                                     Options(hide_special=True, merge=True, threshold=0.05)])
+@pytest.mark.parametrize("key", ["builtin:minilm", "builtin:lm"])
+def test_a_layer_at_a_time_equals_every_weight_at_once(key, options, monkeypatch):
+    """The page reads one layer's view and the overview's tiles layer by layer: the same numbers, labels, mask and
+    overview image as the options applied to every weight at once, and no dense read (ATTNVIZ_MAX_DENSE_MB)."""
+    model, text = attnviz.load(key), "The unbelievably soft cat sat on the mat, and it slept."
+    ref = view(model.trace(text), options)  # every weight at once, of a trace of its own, before the limit
+    monkeypatch.setenv("ATTNVIZ_MAX_DENSE_MB", "0.001")
+    trace = model.trace(text)
+    stack = trace.stack(None)
+    with pytest.raises(ValueError, match="ATTNVIZ_MAX_DENSE_MB"):
+        model.trace(text).weights.dense()  # the limit holds for this trace's kind
+    for layer in range(trace.n_layers):
+        got = layer_view(stack, layer, options)
+        np.testing.assert_allclose(got.attn, ref.attn[layer:layer + 1], rtol=1e-6, atol=1e-7)
+        assert (got.q_labels, got.k_labels, got.q_text) == (ref.q_labels, ref.k_labels, ref.q_text)
+        np.testing.assert_array_equal(got.masked, ref.masked)
+    grid = stack_tiles(stack, options)
+    np.testing.assert_allclose(grid, tiles(ref.attn), rtol=1e-6, atol=1e-7)
+    assert grid.shape[2:] == (min(64, len(ref.q_labels)), min(64, len(ref.k_labels)))
+    np.testing.assert_array_equal(png_pixels(head_grid(grid, ref.masked, (1, 2))),
+                                  png_pixels(head_grid(ref.attn, ref.masked, (1, 2))))
 
 
 def test_focus_text_is_escaped_and_shaded_by_weight():
@@ -287,6 +318,7 @@ def test_minilm_at_512_tokens_fits_in_two_megabytes():
     """The issue's payload budget: every figure of the page for builtin:minilm at 512 tokens ≤ 2 MB of JSON."""
     trace = attnviz.trace("word " * 600)  # truncated to the model's 512 positions
     assert trace.n_tokens == 512
-    figs = explorer_figures(view(trace), 5, 11, focus=7)
+    v = view(trace)
+    figs = explorer_figures(one_layer(v, 5), tiles(v.attn), 5, 11, focus=7)
     sizes = {name: len(fig.to_json()) for name, fig in figs.items()}
     assert sum(sizes.values()) <= 2_000_000, sizes

@@ -339,6 +339,14 @@ class Weights:
                 out[a:b] = self.tile(layer, heads, a, b).mean(0)
         return out
 
+    def layer(self, layer: int) -> np.ndarray:
+        """(H, Tq, Tk): every head of one layer (an L-th of ``dense``), tile by tile."""
+        _, H, Tq, Tk = self.shape
+        out = np.empty((H, Tq, Tk), np.float32)
+        for a, b in self.spans(H):
+            self.tile_into(out[:, a:b], layer, list(range(H)), a, b)
+        return out
+
     def received(self, layer: int, head: int | None) -> np.ndarray:
         """(Tk,): the weight each key receives, summed over the queries (float64)."""
         heads = self.heads(head)
@@ -393,8 +401,7 @@ class Weights:
             )
         out = np.empty(self.shape, np.float32)
         for layer in range(L):
-            for a, b in self.spans(H):
-                self.tile_into(out[layer, :, a:b], layer, list(range(H)), a, b)
+            out[layer] = self.layer(layer)  # one layer at a time: at most an L-th more than the result
         out.setflags(write=False)
         return out
 
@@ -411,6 +418,9 @@ class DenseWeights(Weights):
 
     def head(self, layer, head):
         return self.array[layer].mean(0) if head is None else self.array[layer, head]
+
+    def layer(self, layer):
+        return self.array[layer]
 
     def dense(self):
         return self.array

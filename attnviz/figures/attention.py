@@ -136,19 +136,20 @@ def focus_bars(weights: np.ndarray, labels, title: str = "", axis_title: str = "
 
 
 def explorer_figures(
-    view: StackView, layer: int, head: int | None, focus: int | None = None, direction: str = "to",
+    view: StackView, tiles: np.ndarray, layer: int, head: int | None, focus: int | None = None, direction: str = "to",
     log_scale: bool = False, full_range: bool = False,
 ) -> dict[str, go.Figure]:
-    """name -> figure for one stack: ``overview`` (every head), ``detail`` (one head, or the layer's mean when
-    ``head`` is None) and, for a ``focus`` index, that token's weights as bars (``focus``) and per head (``focus_heads``).
-    Colours run up to each head's own high quantile, or 0–1 with ``full_range``.
+    """name -> figure for one stack: ``overview`` (every head, from the stack's overview ``tiles`` (L, H, ≤64, ≤64)),
+    ``detail`` (one head, or the layer's mean when ``head`` is None) and, for a ``focus`` index, that token's weights
+    as bars (``focus``) and per head (``focus_heads``). ``view`` is layer ``layer`` alone (``layer_view``: ``attn``
+    (1, H, Tq, Tk)). Colours run up to each head's own high quantile, or 0–1 with ``full_range``.
     """
     n_heads = view.attn.shape[1]
     name = f"layer {layer}, mean of {n_heads} heads" if head is None else f"layer {layer}, head {head}"
     scale = dict(log_scale=log_scale, full_range=full_range)
     figs = {
-        "overview": head_grid(view.attn, view.masked, (layer, head), **scale),
-        "detail": attention_heatmap(head_weights(view, layer, head), view.q_labels, view.k_labels, name,
+        "overview": head_grid(tiles, view.masked, (layer, head), **scale),
+        "detail": attention_heatmap(head_weights(view, 0, head), view.q_labels, view.k_labels, name,
                                     masked=view.masked, **scale),
     }
     if focus is None:
@@ -157,18 +158,18 @@ def explorer_figures(
     word = token[focus] if len(token[focus]) <= 20 else token[focus][:19] + "…"  # titles stay phone-wide
     quoted = f"“{html.escape(word, quote=False)}”"
     what = f"what {quoted} attends to" if direction == "to" else f"what attends to {quoted}"
-    figs["focus"] = focus_bars(focus_weights(head_weights(view, layer, head), focus, direction), along, f"{what} · {name}", axis)
+    figs["focus"] = focus_bars(focus_weights(head_weights(view, 0, head), focus, direction), along, f"{what} · {name}", axis)
     figs["focus_heads"] = weights_heatmap(
-        focus_weights(view.attn[layer], focus, direction), [str(h) for h in range(n_heads)], along,
+        focus_weights(view.attn[0], focus, direction), [str(h) for h in range(n_heads)], along,
         f"{what} · every head of layer {layer}", y_title="head", x_title=axis, height=80 + 22 * n_heads, **scale,
     )
     return figs
 
 
-def link_grid(view: StackView, query: int, key: int) -> go.Figure:
-    """Which heads link two tokens: the weight query ``query`` gives key ``key`` in every head, as one
-    layer × head map (colours from 0 to the largest), each cell a point that opens its head."""
-    values = view.attn[:, :, query, key]  # (L, H)
+def link_grid(values: np.ndarray, query: str, key: str) -> go.Figure:
+    """Which heads link two tokens: ``values`` (L, H), the weight the query labelled ``query`` gives the key
+    labelled ``key`` in every head, as one layer × head map (colours from 0 to the largest), each cell a point that
+    opens its head."""
     top = max(float(values.max()), 1e-6)
-    title = f"how much “{view.q_labels[query]}” attends to “{view.k_labels[key]}” · click a head to open it"
+    title = f"how much “{query}” attends to “{key}” · click a head to open it"
     return head_map(values, title, (0.0, top), value_name="weight")

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
 from ..core.weights import block_reduce, tensor_view
-from .view import colour_position, colour_tops
+from .view import Options, colour_position, colour_tops, layer_views
 from .common import NUMBERS_LEFT, head_points, lut, top_title
 
 TILE = 64  # pixels per tile side at most; more than a tile ever gets on screen in a 12-head row
@@ -30,6 +30,19 @@ def max_pool(a: np.ndarray, size: int, axis: int, op=np.maximum) -> np.ndarray:
     return block_reduce(tensor_view(a), (np.arange(size) * n) // size, axis, how).numpy()
 
 
+def tiles(attn: np.ndarray, tile: int = TILE) -> np.ndarray:
+    """(..., ≤tile, ≤tile): each head of (..., Tq, Tk) max-pooled to what its overview tile shows; pooling tiles
+    again changes nothing, so ``head_grid`` takes either."""
+    attn = np.asarray(attn, np.float32)
+    return max_pool(max_pool(attn, tile, attn.ndim - 2), tile, attn.ndim - 1)
+
+
+def stack_tiles(stack, options: Options, tile: int = TILE) -> np.ndarray:
+    """(L, H, ≤tile, ≤tile): the ``tiles`` of every head of a trace's ``Stack`` as displayed with ``options``, made
+    one layer at a time (never every weight at once)."""
+    return np.stack([tiles(v.attn[0], tile) for v in layer_views(stack, options)])
+
+
 def mosaic(attn: np.ndarray, masked: np.ndarray | None = None, log_scale: bool = False, tile: int = TILE,
            gap: int = 1, full_range: bool = False) -> np.ndarray:
     """(L·(Sq+gap)−gap, H·(Sk+gap)−gap, 3) uint8 RGB image of every head, white gaps between tiles.
@@ -37,7 +50,7 @@ def mosaic(attn: np.ndarray, masked: np.ndarray | None = None, log_scale: bool =
     Colours are 0–1 with ``full_range``, else each tile's own up to its head's high quantile (``colour_tops``).
     """
     L, H, Tq, Tk = attn.shape
-    pooled = max_pool(max_pool(np.asarray(attn, np.float32), tile, 2), tile, 3)  # (L, H, Sq, Sk)
+    pooled = tiles(attn, tile)  # (L, H, Sq, Sk)
     Sq, Sk = pooled.shape[2:]
     top = 1.0 if full_range or log_scale else colour_tops(pooled)[..., None, None]  # (L, H, 1, 1)
     rgb = lut()[np.rint(colour_position(pooled, log_scale, top) * 255).astype(np.uint8)]  # (L, H, Sq, Sk, 3)
@@ -53,7 +66,8 @@ def mosaic(attn: np.ndarray, masked: np.ndarray | None = None, log_scale: bool =
 
 def head_grid(attn: np.ndarray, masked: np.ndarray | None = None, selected: tuple | None = None,
               log_scale: bool = False, tile: int = TILE, full_range: bool = False) -> go.Figure:
-    """Every head of (L, H, Tq, Tk) as a tile; ``selected`` (layer, head or None for a whole layer) is outlined.
+    """Every head of (L, H, Tq, Tk), or of its ``tiles``, as a tile; ``selected`` (layer, head or None for a whole
+    layer) is outlined; ``masked`` is (Tq, Tk) at full size.
 
     Each tile is coloured up to its own head's high quantile, so a diffuse head is not blank; 0–1 with
     ``full_range``.

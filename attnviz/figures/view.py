@@ -12,7 +12,6 @@ from typing import NamedTuple
 import numpy as np
 
 from ..core.tokens import clean, labels, word_labels, word_spans
-from ..core.trace import stacks as trace_stacks
 
 LOG_DECADES = 4  # the log colour scale spans 1e-4 … 1; smaller weights get the lowest colour
 
@@ -50,12 +49,16 @@ def side(stack) -> Side:
     return Side(stack.tokens, stack.special, stack.word_ids)
 
 
-def dense_stacks(trace) -> dict:
-    """name -> (attn (L, H, Tq, Tk) every weight, query Side, key Side, causal) for every attention a trace holds."""
-    return {name: (s.weights.dense(), side(s.queries), side(s.keys), s.causal)
-            for name, s in trace_stacks(trace).items()}
+def layer_view(stack, layer: int, options: Options) -> StackView:
+    """The view of one layer of a trace's ``Stack``, every head, read tile by tile: its ``attn`` is
+    (1, H, Tq', Tk'), an L-th of the stack's weights (the display options act on each head alone)."""
+    attn = stack.weights.layer(layer)[None]  # (1, H, Tq, Tk)
+    return stack_view(stack.name, attn, side(stack.queries), side(stack.keys), stack.causal, options)
 
 
+def layer_views(stack, options: Options):
+    """``layer_view`` of every layer in turn, one held at a time."""
+    return (layer_view(stack, layer, options) for layer in range(stack.weights.shape[0]))
 
 
 def head_view(stack, layer: int, head: int | None, options: Options) -> StackView:
