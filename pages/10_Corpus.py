@@ -146,8 +146,8 @@ if clicked:
         with files.running(out), jobs.slot("This corpus run"):
             total = cp.count(corpus, limit)
             files.make_room(cp.job_bytes(total, f.model.n_layers * f.model.n_heads, corpus.path.stat().st_size))
-            progress_bar = bar.progress(0.0, text=f"0 of {total:,} texts")
             started, totals, before = time.monotonic(), cp.Totals(), so_far.n_texts if so_far else 0
+            progress_bar = bar.progress(min(before / max(total, 1), 1.0), text=f"{before:,} of {total:,} texts")  # resumed
 
             def tick(done: int) -> None:
                 """Before every batch: the bar moves, and a rerun or a closed tab stops the job here."""

@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import numpy as np
+import pyarrow as pa
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.testing.v1 import AppTest
@@ -75,8 +76,13 @@ class Tab:
 
     def open(self, page: str | None = None, query: str | dict = "", widgets=(), timeout: float = 180) -> dict:
         """Rerun (see ``send``) and read to the run's end: its charts (figure dicts), markdown bodies, alerts that
-        give a place in line, other alerts and exceptions ("trouble"), progress bars drawn, and every element."""
+        give a place in line, other alerts and exceptions ("trouble"), progress bars drawn, tables (as pandas), and
+        every element."""
         self.send(page, query, widgets)
+        return self.read(timeout)
+
+    def read(self, timeout: float = 180) -> dict:
+        """Read to the end of the run under way (see ``open``)."""
         shown = _nothing_shown()
         for kind, fwd in self._messages(timeout):
             if kind == "script_finished":
@@ -91,6 +97,8 @@ class Tab:
                     shown["charts"].append(json.loads(el.plotly_chart.spec))
                 elif what == "markdown":
                     shown["markdown"].append(el.markdown.body)
+                elif what == "dataframe":
+                    shown["tables"].append(pa.ipc.open_stream(el.dataframe.arrow_data.data).read_pandas())
                 elif what == "progress":
                     shown["progress"] += 1
                 elif what == "alert" and "in line" in el.alert.body:
@@ -129,7 +137,7 @@ class Tab:
 
 
 def _nothing_shown() -> dict:
-    return {"charts": [], "markdown": [], "line": [], "trouble": [], "progress": 0, "all": []}
+    return {"charts": [], "markdown": [], "line": [], "trouble": [], "progress": 0, "tables": [], "all": []}
 
 
 def decode(v):
