@@ -147,13 +147,15 @@ if clicked:
             total = cp.count(corpus, limit)
             files.make_room(cp.job_bytes(total, f.model.n_layers * f.model.n_heads, corpus.path.stat().st_size))
             started, totals, before = time.monotonic(), cp.Totals(), so_far.n_texts if so_far else 0
-            progress_bar = bar.progress(min(before / max(total, 1), 1.0), text=f"{before:,} of {total:,} texts")  # resumed
+            progress_bar = bar.progress(0.0)
 
             def tick(done: int) -> None:
                 """Before every batch: the bar moves, and a rerun or a closed tab stops the job here."""
                 left = cp.estimate(done, total, started, before)
-                progress_bar.progress(min(done / total, 1.0), text=f"{done:,} of {total:,} texts"
+                progress_bar.progress(min(done / max(total, 1), 1.0), text=f"{done:,} of {total:,} texts"
                                       + ("" if left is None else f" · about {left:,.0f} s left"))
+
+            tick(before)  # a resumed run starts at the texts its kept shards hold
 
             def progress(done: int) -> None:
                 tick(done)
