@@ -39,33 +39,63 @@ def distance_labels(edges: np.ndarray) -> list[str]:
     return [f"{a}" if b - a == 1 else f"{a:,}–{b - 1:,}" for a, b in zip(edges[:-1], edges[1:])]
 
 
-def _sheared_sums(w: torch.Tensor) -> torch.Tensor:
+def _sheared_sums(w: torch.Tensor, padded: torch.Tensor | None = None) -> torch.Tensor:
     """(h, r + c): the weight of ``w`` (h, r, c) at each offset j − i, summed over the rows; entry m is offset
     m − r. ``w`` is copied into a zero-padded buffer whose rows are one element longer than a row's step, so a
-    strided view walks each diagonal down a column (for the small corners of ``_diagonal_sums``)."""
+    strided view walks each diagonal down a column (for the small corners of ``_diagonal_sums``). ``padded``
+    (h, r + 1, r + c), zero outside [:, :r, r:], is that buffer, reused (only that part is written)."""
     h, r, c = w.shape
-    padded = w.new_zeros(h, r + 1, r + c)  # the spare row lets the last rows' diagonals run into zeros
+    if padded is None:
+        padded = w.new_zeros(h, r + 1, r + c)  # the spare row lets the last rows' diagonals run into zeros
     padded[:, :r, r:] = w
     return padded.as_strided((h, r, r + c), (padded.stride(0), r + c + 1, 1)).sum(1)  # [i, m] = padded[i, i + m]
 
 
-def _diagonal_sums(w: torch.Tensor) -> torch.Tensor:
+class _Scratch:
+    """What the survey's reductions of one tile (H, rows, T) are written into, made once and reused tile after
+    tile. The app holds glibc's mmap threshold at 64 KiB (``attnviz.ui.collect``), so every fresh tensor above
+    that is memory the kernel faults in page by page: fresh results took ~1,400 faults a tile, 390 k and ~1.3 s
+    of system time over a 4,096-token forward of builtin:seed."""
+
+    def __init__(self, H: int, rows: int, T: int, b: int):
+        nr = -(-rows // b)  # row blocks of a tile
+        self.rows = rows
+        self.rmax, self.rsum = torch.empty(H, nr, T), torch.empty(H, nr, T)
+        self.received = torch.empty(H, T)
+        self.heads, self.heads_max = torch.empty(rows, T), torch.empty(nr, T)
+        self.ones = torch.ones(H, 1, rows)
+        self.band = torch.empty(H, 1, T - rows + 1)
+        self.diagonals = torch.zeros(H, rows + T)
+        self.wide = torch.empty(H, rows + T, dtype=torch.float64)
+        c = T - rows + 1  # the first key of the right corner
+        self.corners = (torch.zeros(H, rows + 1, 2 * rows), torch.zeros(H, rows + 1, rows + T - c))
+
+
+def _diagonal_sums(w: torch.Tensor, scratch: _Scratch | None = None) -> torch.Tensor:
     """(h, rows + Tk): the weight of ``w`` (h, rows, Tk) at each key offset j − i, summed over the rows; entry
-    m is offset m − rows (−rows … Tk − 1; the first is 0).
+    m is offset m − rows (−rows … Tk − 1; the first is 0); written into ``scratch.diagonals`` when given.
 
     Offsets 0 … Tk − rows lie in every row: a strided view of the tile itself (a row step of Tk + 1 elements)
-    walks each of them down a column, one pass and no copy. Each row's few keys outside that band (j < i on the
-    left, j > i + Tk − rows on the right) lie in the tile's rows × rows corners, whose offsets beyond the band's
-    are taken from sums of the corners alone.
+    walks each of them down a column, one pass and no copy, summed by a product with ones (twice as fast as
+    ``sum`` over that view). Each row's few keys outside that band (j < i on the left, j > i + Tk − rows on the
+    right) lie in the tile's rows × rows corners, whose offsets beyond the band's are taken from sums of the
+    corners alone.
     """
     h, rows, Tk = w.shape
     w = w.contiguous()  # a no-op for the tiles a forward computes
     n = Tk - rows + 1  # ≥ 1: a tile's rows are at most its keys
-    out = torch.zeros(h, rows + Tk)
-    out[:, rows:rows + n] = w.as_strided((h, rows, n), (w.stride(0), Tk + 1, 1)).sum(1)  # [i, d] = w[i, i + d]
+    if scratch is None:
+        scratch = _Scratch(h, rows, Tk, rows)
+    out = scratch.diagonals  # (h, rows + Tk)
+    band = w.as_strided((h, rows, n), (w.stride(0), Tk + 1, 1))  # [i, d] = w[i, i + d]
+    torch.bmm(scratch.ones, band, out=scratch.band)  # (h, 1, n): each column's sum
+    out[:, rows:rows + n] = scratch.band[:, 0]
+    out[:, :rows] = 0
+    out[:, rows + n:] = 0
     if rows > 1:
-        out[:, :rows] += _sheared_sums(w[:, :, :rows])[:, :rows]  # offsets < 0 (keys j < i)
-        out[:, n + rows:] += _sheared_sums(w[:, :, n:])[:, rows:]  # offsets > Tk − rows (column c is key n + c)
+        left, right = scratch.corners
+        out[:, :rows] += _sheared_sums(w[:, :, :rows], left)[:, :rows]  # offsets < 0 (keys j < i)
+        out[:, n + rows:] += _sheared_sums(w[:, :, n:], right)[:, rows:]  # offsets > Tk − rows (column c is key n + c)
     return out  # float32 over at most a tile's rows; the caller accumulates in float64
 
 
@@ -104,6 +134,7 @@ class _Layer:
         self.diagonals = torch.zeros(H, 2 * T + 1, dtype=torch.float64)  # entry T + d: weight at offset d = j − i
         self.rows = 0  # query rows seen so far
         self._tile = None  # the buffer tiles are computed into, kept while tiles of one size come
+        self._scratch = None  # the buffers a tile's reductions are written into, as long
 
     def tile(self, rows: int) -> torch.Tensor:
         """(H, rows, T): a buffer for the next tile of ``rows`` query rows, reused from tile to tile (a fresh 16 MB
@@ -118,21 +149,26 @@ class _Layer:
         b = self.b
         if start != self.rows or start % b:
             raise ValueError(f"tiles must come in order, whole row blocks at a time: got row {start} after {self.rows}")
+        if self._scratch is None or self._scratch.rows != rows:
+            self._scratch = _Scratch(H, rows, T, b)
+        s = self._scratch
         r0, r1 = start // b, -(-(start + rows) // b)  # the row blocks this tile covers, whole
         # Row blocks first: a reduction across rows runs along the contiguous keys and leaves b× fewer values
         # for the key blocks (max_pool2d and avg_pool2d over the tile took about 3× as long, one thread).
-        rmax, rsum = block_reduce(w, b, 1)  # (H, row blocks, T)
-        self.received += rsum.sum(1)
-        self.pmax[:, r0:r1] = block_reduce(rmax, b, 2, "max")  # (H, row blocks, nb)
-        self.psum[:, r0:r1] = block_reduce(rsum, b, 2, "sum")
-        mean = block_reduce(w.mean(0), b, 0, "max")  # (row blocks, T): block max of the heads' mean
-        self.lmax[r0:r1] = block_reduce(mean, b, 1, "max")
+        rmax, rsum = block_reduce(w, b, 1, "max", s.rmax), block_reduce(w, b, 1, "sum", s.rsum)  # (H, row blocks, T)
+        self.received += torch.sum(rsum, 1, out=s.received)
+        block_reduce(rmax, b, 2, "max", self.pmax[:, r0:r1])  # (H, row blocks, nb)
+        block_reduce(rsum, b, 2, "sum", self.psum[:, r0:r1])
+        # The block max of the heads' mean: of their sum, then / H (x ↦ x / H rounds monotonically, so this is
+        # the max of each mean as w.mean(0) would round it).
+        heads = block_reduce(torch.sum(w, 0, out=s.heads), b, 0, "max", s.heads_max)  # (row blocks, T)
+        block_reduce(heads, b, 1, "max", self.lmax[r0:r1]).div_(H)
         # Diagonal m of the tile is offset m − rows from its own row, m − rows − start from the query's position.
         lo = T - rows - start  # ≥ 0: the tile's rows end by T
-        self.diagonals[:, lo:lo + rows + T] += _diagonal_sums(w)
+        self.diagonals[:, lo:lo + rows + T] += s.wide.copy_(_diagonal_sums(w, s))
         self.rows += rows
         if self.rows == T:
-            self._tile = None
+            self._tile = self._scratch = None
 
 
 class Reducer:

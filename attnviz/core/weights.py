@@ -246,13 +246,16 @@ def tensor_view(a) -> torch.Tensor:
         return torch.from_numpy(a)
 
 
-def block_reduce(x: torch.Tensor, b, dim: int, how: str | None = None):
+def block_reduce(x: torch.Tensor, b, dim: int, how: str | None = None, out: torch.Tensor | None = None):
     """Max and sum of ``x`` over consecutive blocks along ``dim``; only the max, min or sum when ``how`` is "max",
     "min" or "sum". ``b`` is a block length (every block that long, the last maybe shorter) or the blocks' start
     positions (a list or array, the first 0: blocks of any lengths). The one pooling function: ``Weights.pooled``,
-    the long-text survey and the figures' mosaics all reduce through it."""
+    the long-text survey and the figures' mosaics all reduce through it. ``out`` (one ``how``, a block length):
+    the tensor the result is written into and returned, so a loop over tiles allocates nothing."""
     dim = dim % x.ndim
     n = x.shape[dim]
+    if out is not None:
+        return _block_reduce_into(x, int(b), dim, how, out)
     if not isinstance(b, (int, np.integer)):
         return _uneven_reduce(x, np.asarray(b, np.int64), dim, how)
     full = n // b
@@ -268,6 +271,18 @@ def block_reduce(x: torch.Tensor, b, dim: int, how: str | None = None):
         parts.append([op(rest, dim, keepdim=True) for op in ops])
     out = parts[0] if len(parts) == 1 else [torch.cat(p, dim) for p in zip(*parts)]
     return out[0] if how is not None else tuple(out)
+
+
+def _block_reduce_into(x: torch.Tensor, b: int, dim: int, how: str, out: torch.Tensor) -> torch.Tensor:
+    """``block_reduce(x, b, dim, how)`` written into ``out``: the full blocks, then a shorter last one."""
+    op = {"max": torch.amax, "min": torch.amin, "sum": torch.sum}[how]
+    n = x.shape[dim]
+    full = n // b
+    if full:
+        op(x.narrow(dim, 0, full * b).unflatten(dim, (full, b)), dim + 1, out=out.narrow(dim, 0, full))
+    if n > full * b:
+        op(x.narrow(dim, full * b, n - full * b), dim, keepdim=True, out=out.narrow(dim, full, 1))
+    return out
 
 
 def _uneven_reduce(x: torch.Tensor, starts: np.ndarray, dim: int, how: str | None):
