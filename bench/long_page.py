@@ -5,7 +5,8 @@ against the goal of 1.5 × the bare forward + 1 s. The browser's share is not in
 
 The process allocates as the app's server does (``attnviz.ui.collect``: glibc's mmap threshold held at 64 KiB, so
 every block above it is fresh memory the kernel faults in; torch's huge pages from ``bench/common.py``);
-``BENCH_MALLOC=default`` leaves glibc's own threshold. Page faults and system time are reported per step.
+``BENCH_MALLOC=default`` leaves glibc's own threshold. Page faults, system and CPU time are reported per step
+(``BENCH_THREADS=1`` makes CPU seconds the reading that other processes on this shared machine barely move).
 
 Run: ``python bench/long_page.py [tokens] [rounds]`` (default 4096 5); ``--profile`` adds a cProfile of one page
 run and the torch operators of one traced forward. Writes bench/out/long_page.json.
@@ -69,29 +70,32 @@ def measure(n: int = 4096, rounds: int = 5) -> dict:
     bare = builtin_bare(model.net)
 
     def timed(fn):
-        """Seconds, minor page faults and system seconds of ``fn()``; its result."""
+        """Seconds, minor page faults, system and CPU seconds of ``fn()``; its result."""
         r0, t = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         out = fn()
         dt, r1 = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF)
-        return (dt, r1.ru_minflt - r0.ru_minflt, r1.ru_stime - r0.ru_stime), out
+        cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+        return (dt, r1.ru_minflt - r0.ru_minflt, r1.ru_stime - r0.ru_stime, cpu), out
 
     page(model, text, n), bare(ids)  # warm up
-    runs, faults, system = {}, {}, {}
+    runs, faults, system, cpu = {}, {}, {}, {}
     for i in range(rounds):  # in turn, so that load hits each alike
         steps = {"bare forward": timed(lambda: bare(ids))[0],
                  "plain trace (no survey)": timed(lambda: model.trace(text, max_tokens=n))[0]}
         whole, times = timed(lambda: page(model, text, n))
-        steps.update({k: (v, 0, 0.0) for k, v in times.items()})
+        steps.update({k: (v, 0, 0.0, 0.0) for k, v in times.items()})
         steps["page total"] = whole
-        for k, (dt, flt, sys_s) in steps.items():
+        for k, (dt, flt, sys_s, cpu_s) in steps.items():
             runs.setdefault(k, []).append(dt)
             faults.setdefault(k, []).append(flt)
             system.setdefault(k, []).append(sys_s)
+            cpu.setdefault(k, []).append(cpu_s)
     med = {k: statistics.median(v) for k, v in runs.items()}
     goal = 1.5 * med["bare forward"] + 1.0
     return {"tokens": n, "rounds": rounds, "app_malloc": APP_MALLOC, "times_s": runs, "median_s": med,
             "faults": {k: statistics.median(v) for k, v in faults.items()},
-            "system_s": {k: statistics.median(v) for k, v in system.items()}, "goal_s": goal,
+            "system_s": {k: statistics.median(v) for k, v in system.items()},
+            "cpu_s": {k: statistics.median(v) for k, v in cpu.items()}, "goal_s": goal,
             "hit": med["page total"] <= goal}
 
 
@@ -121,12 +125,13 @@ def profile(n: int = 4096) -> str:
 def report(r: dict) -> str:
     med, bare = r["median_s"], r["median_s"]["bare forward"]
     rows = [[k, f"{v:.3f}", f"{v / bare:.2f}", " / ".join(f"{x:.2f}" for x in r["times_s"][k]),
-             f"{r['faults'][k]:,.0f}" if r["faults"][k] else "", f"{r['system_s'][k]:.2f}" if r["faults"][k] else ""]
+             *([f"{r['faults'][k]:,.0f}", f"{r['system_s'][k]:.2f}", f"{r['cpu_s'][k]:.2f}"] if r["faults"][k] else
+               ["", "", ""])]
             for k, v in med.items()]
     verdict = "HIT" if r["hit"] else "MISS"
     malloc = "the app's malloc (mmap threshold 64 KiB)" if r["app_malloc"] else "glibc's default malloc"
     return (table(f"Long page, builtin:seed, {r['tokens']:,} tokens, medians of {r['rounds']}, {malloc}",
-                  ["step", "median s", "× bare", "each run", "page faults", "system s"], rows)
+                  ["step", "median s", "× bare", "each run", "page faults", "system s", "CPU s"], rows)
             + f"\n\ngoal 1.5 × bare + 1 s = {r['goal_s']:.2f} s; page {med['page total']:.2f} s: **{verdict}**")
 
 
