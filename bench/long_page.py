@@ -8,6 +8,10 @@ every block above it is fresh memory the kernel faults in; torch's huge pages fr
 ``BENCH_MALLOC=default`` leaves glibc's own threshold. Page faults, system and CPU time are reported per step
 (``BENCH_THREADS=1`` makes CPU seconds the reading that other processes on this shared machine barely move).
 
+A browser beside the server takes CPU while the forward runs (Chromium drew 28–60 frames a second there, 15–60% of
+a core), and each of torch's two-thread operations then waits for its slower thread. ``BENCH_HOG=0.3`` runs a
+process beside this one that keeps one core busy that share of the time (in 20 ms periods), for every step alike.
+
 Run: ``python bench/long_page.py [tokens] [rounds]`` (default 4096 5); ``--profile`` adds a cProfile of one page
 run and the torch operators of one traced forward. Writes bench/out/long_page.json.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 
@@ -61,6 +66,22 @@ def page(model, text: str, n: int) -> dict:
     out["detail figures + JSON"] = time.perf_counter() - t
     out["page total"] = time.perf_counter() - t0
     return out
+
+
+HOG = """
+import sys, time
+busy, period = float(sys.argv[1]) * 0.02, 0.02
+while True:
+    t = time.perf_counter()
+    while time.perf_counter() - t < busy:
+        pass
+    time.sleep(period - busy)
+"""
+
+
+def hog(share: float):
+    """A process that keeps one core busy ``share`` of the time, or None for 0."""
+    return subprocess.Popen([sys.executable, "-c", HOG, str(share)]) if share > 0 else None
 
 
 def measure(n: int = 4096, rounds: int = 5) -> dict:
@@ -139,9 +160,16 @@ if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     n = int(args[0]) if args else 4096
     rounds = int(args[1]) if len(args) > 1 else 5
-    res = {"conditions": conditions(), **measure(n, rounds)}
+    share = float(os.environ.get("BENCH_HOG", "0") or 0)
+    beside = hog(share)
+    try:
+        res = {"conditions": conditions(), "hog": share, **measure(n, rounds)}
+    finally:
+        if beside is not None:
+            beside.kill()
     save("long_page", res)
-    print(f"load {res['conditions']['load_avg_1m']}, {res['conditions']['torch_threads']} torch threads")
+    print(f"load {res['conditions']['load_avg_1m']}, {res['conditions']['torch_threads']} torch threads, "
+          f"a process beside it busy {share:.0%} of one core")
     print(report(res))
     if "--profile" in sys.argv:
         print(profile(n))

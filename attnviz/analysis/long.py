@@ -3,7 +3,7 @@ how weight falls off with distance (a survey: read after a forward, or during it
 weight is computed once for the attention output and the survey alike); a token's column; a window's exact
 weights.
 
-Nothing here holds more than one tile of weights (``Weights.rows_per_tile``) at once, so a 16,384-token text
+Nothing here holds more than one tile of weights (``Weights.rows_per_tile``; a forward's survey, SURVEY_TILES) at once, so a 16,384-token text
 costs one pass over its heads, never L·H·T² floats. Shapes use the legend in ``attnviz/__init__.py``.
 """
 
@@ -18,6 +18,11 @@ from ..core.tokens import clean, word_spans
 from ..capture.record import reducing
 from ..core.weights import Weights, block_counts, block_reduce, rows_per_tile
 
+# A forward's survey tiles hold this many TILE_FLOATS (64 MB of weights at 4 M): each tile costs ~20 two-thread
+# operations, and with a browser or another process on the same two cores each of them waits for its slower thread.
+# A 4,096-token forward of builtin:seed beside a busy process took 22 s with 4 M-float tiles, 13.6 s with 16 M
+# (bare forward 7.2 s); on a quiet machine, one thread, they cost the same (bench/long_page.py).
+SURVEY_TILES = 4
 SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the first token is flagged a sink
 
 
@@ -39,18 +44,6 @@ def distance_labels(edges: np.ndarray) -> list[str]:
     return [f"{a}" if b - a == 1 else f"{a:,}–{b - 1:,}" for a, b in zip(edges[:-1], edges[1:])]
 
 
-def _sheared_sums(w: torch.Tensor, padded: torch.Tensor | None = None) -> torch.Tensor:
-    """(h, r + c): the weight of ``w`` (h, r, c) at each offset j − i, summed over the rows; entry m is offset
-    m − r. ``w`` is copied into a zero-padded buffer whose rows are one element longer than a row's step, so a
-    strided view walks each diagonal down a column (for the small corners of ``_diagonal_sums``). ``padded``
-    (h, r + 1, r + c), zero outside [:, :r, r:], is that buffer, reused (only that part is written)."""
-    h, r, c = w.shape
-    if padded is None:
-        padded = w.new_zeros(h, r + 1, r + c)  # the spare row lets the last rows' diagonals run into zeros
-    padded[:, :r, r:] = w
-    return padded.as_strided((h, r, r + c), (padded.stride(0), r + c + 1, 1)).sum(1)  # [i, m] = padded[i, i + m]
-
-
 class _Scratch:
     """What the survey's reductions of one tile (H, rows, T) are written into, made once and reused tile after
     tile. The app holds glibc's mmap threshold at 64 KiB (``attnviz.ui.collect``), so every fresh tensor above
@@ -61,42 +54,43 @@ class _Scratch:
         nr = -(-rows // b)  # row blocks of a tile
         self.rows = rows
         self.rmax, self.rsum = torch.empty(H, nr, T), torch.empty(H, nr, T)
-        self.received = torch.empty(H, T)
+        self.block_ones = torch.ones(H, 1, nr)
         self.heads, self.heads_max = torch.empty(rows, T), torch.empty(nr, T)
         self.ones = torch.ones(H, 1, rows)
         self.band = torch.empty(H, 1, T - rows + 1)
-        self.diagonals = torch.zeros(H, rows + T)
-        self.wide = torch.empty(H, rows + T, dtype=torch.float64)
-        c = T - rows + 1  # the first key of the right corner
-        self.corners = (torch.zeros(H, rows + 1, 2 * rows), torch.zeros(H, rows + 1, rows + T - c))
+        # Both corners of a tile side by side, each after rows zero columns (see _diagonal_sums), and a zero row.
+        self.corners = torch.zeros(H, rows + 1, 4 * rows - 1)
+        self.corner_sums = torch.empty(H, 1, 4 * rows - 1)
+        self.diagonals = torch.zeros(H, rows + T, dtype=torch.float64)
 
 
-def _diagonal_sums(w: torch.Tensor, scratch: _Scratch | None = None) -> torch.Tensor:
-    """(h, rows + Tk): the weight of ``w`` (h, rows, Tk) at each key offset j − i, summed over the rows; entry
-    m is offset m − rows (−rows … Tk − 1; the first is 0); written into ``scratch.diagonals`` when given.
+def _diagonal_sums(w: torch.Tensor, s: _Scratch) -> torch.Tensor:
+    """(h, rows + Tk) float64, in ``s.diagonals``: the weight of ``w`` (h, rows, Tk) at each key offset j − i,
+    summed over the rows; entry m is offset m − rows (−rows … Tk − 1; the first is 0).
 
     Offsets 0 … Tk − rows lie in every row: a strided view of the tile itself (a row step of Tk + 1 elements)
     walks each of them down a column, one pass and no copy, summed by a product with ones (twice as fast as
     ``sum`` over that view). Each row's few keys outside that band (j < i on the left, j > i + Tk − rows on the
-    right) lie in the tile's rows × rows corners, whose offsets beyond the band's are taken from sums of the
-    corners alone.
+    right) lie in the tile's corners (rows × rows and rows × (rows − 1)), copied side by side into a buffer
+    whose rows are one element longer than a row's step: [:, :, 0:r] zero, the left corner at r:2r, zero at
+    2r:3r, the right corner at 3r:4r − 1, and a zero row. Walking that buffer the same way, diagonal m < r holds
+    the left corner's offset m − r alone, diagonal 3r + c the right corner's offset c (past the band) alone; a
+    walk that runs off a row's end continues in the next row's first r columns, zeros.
     """
     h, rows, Tk = w.shape
-    w = w.contiguous()  # a no-op for the tiles a forward computes
     n = Tk - rows + 1  # ≥ 1: a tile's rows are at most its keys
-    if scratch is None:
-        scratch = _Scratch(h, rows, Tk, rows)
-    out = scratch.diagonals  # (h, rows + Tk)
+    out = s.diagonals  # (h, rows + Tk) float64
     band = w.as_strided((h, rows, n), (w.stride(0), Tk + 1, 1))  # [i, d] = w[i, i + d]
-    torch.bmm(scratch.ones, band, out=scratch.band)  # (h, 1, n): each column's sum
-    out[:, rows:rows + n] = scratch.band[:, 0]
-    out[:, :rows] = 0
-    out[:, rows + n:] = 0
+    out[:, rows:rows + n] = torch.bmm(s.ones, band, out=s.band)[:, 0]  # each column's sum
     if rows > 1:
-        left, right = scratch.corners
-        out[:, :rows] += _sheared_sums(w[:, :, :rows], left)[:, :rows]  # offsets < 0 (keys j < i)
-        out[:, n + rows:] += _sheared_sums(w[:, :, n:], right)[:, rows:]  # offsets > Tk − rows (column c is key n + c)
-    return out  # float32 over at most a tile's rows; the caller accumulates in float64
+        c = s.corners  # (h, rows + 1, 4 rows − 1)
+        c[:, :rows, rows:2 * rows] = w[:, :, :rows]
+        c[:, :rows, 3 * rows:] = w[:, :, n:]
+        walk = c.as_strided((h, rows, 4 * rows - 1), (c.stride(0), 4 * rows, 1))  # [i, m] = c[i, i + m]
+        sums = torch.bmm(s.ones, walk, out=s.corner_sums)[:, 0]  # (h, 4 rows − 1)
+        out[:, :rows] = sums[:, :rows]  # offsets −rows … −1 (keys j < i); the first is 0
+        out[:, rows + n:] = sums[:, 3 * rows:]  # offsets Tk − rows + 1 … Tk − 1
+    return out  # float32 sums over at most a tile's rows, accumulated by the caller in float64
 
 
 class Survey(NamedTuple):
@@ -156,7 +150,7 @@ class _Layer:
         # Row blocks first: a reduction across rows runs along the contiguous keys and leaves b× fewer values
         # for the key blocks (max_pool2d and avg_pool2d over the tile took about 3× as long, one thread).
         rmax, rsum = block_reduce(w, b, 1, "max", s.rmax), block_reduce(w, b, 1, "sum", s.rsum)  # (H, row blocks, T)
-        self.received += torch.sum(rsum, 1, out=s.received)
+        self.received[:, None].baddbmm_(s.block_ones, rsum)  # += the row blocks' sum: one product, (H, 1, T)
         block_reduce(rmax, b, 2, "max", self.pmax[:, r0:r1])  # (H, row blocks, nb)
         block_reduce(rsum, b, 2, "sum", self.psum[:, r0:r1])
         # The block max of the heads' mean: of their sum, then / H (x ↦ x / H rounds monotonically, so this is
@@ -165,7 +159,7 @@ class _Layer:
         block_reduce(heads, b, 1, "max", self.lmax[r0:r1]).div_(H)
         # Diagonal m of the tile is offset m − rows from its own row, m − rows − start from the query's position.
         lo = T - rows - start  # ≥ 0: the tile's rows end by T
-        self.diagonals[:, lo:lo + rows + T] += s.wide.copy_(_diagonal_sums(w, s))
+        self.diagonals[:, lo:lo + rows + T] += _diagonal_sums(w.contiguous(), s)  # a no-op for a forward's tiles
         self.rows += rows
         if self.rows == T:
             self._tile = self._scratch = None
@@ -197,7 +191,7 @@ class Reducer:
             if self.progress is not None and self.n_layers:
                 self.progress(min(1.0, (done + (start + w.shape[1]) / T) / self.n_layers))
 
-        return rows_per_tile(H, T, b), visit, current.tile  # whole row blocks per tile
+        return rows_per_tile(H, T, b, larger=SURVEY_TILES), visit, current.tile  # whole row blocks per tile
 
     def complete(self, shape: tuple) -> bool:
         """Whether every layer of weights of ``shape`` (L, H, T, T) has been seen whole."""

@@ -240,11 +240,11 @@ def frozen(a, dtype=None) -> np.ndarray:
     return a
 
 
-def rows_per_tile(n_heads: int, n_keys: int, block: int = 1, smaller: int = 1) -> int:
+def rows_per_tile(n_heads: int, n_keys: int, block: int = 1, smaller: int = 1, larger: int = 1) -> int:
     """The query rows one tile of ``n_heads`` heads over ``n_keys`` keys holds: as many as fit TILE_FLOATS
-    (``smaller`` times fewer, for a tile that many passes read), whole blocks of ``block`` rows, at least one
-    block. The one rule for every tile."""
-    return max(block, TILE_FLOATS // smaller // (n_heads * n_keys) // block * block)
+    (``smaller`` times fewer, for a tile that many passes read; ``larger`` times more, for a forward's survey),
+    whole blocks of ``block`` rows, at least one block. The one rule for every tile."""
+    return max(block, TILE_FLOATS * larger // smaller // (n_heads * n_keys) // block * block)
 
 
 def tensor_view(a) -> torch.Tensor:

@@ -16,7 +16,7 @@ import streamlit as st
 
 from attnviz import analysis
 from attnviz.backends import footprint
-from attnviz.analysis.long import Reducer, Survey, block_size, survey, traced, window
+from attnviz.analysis.long import SURVEY_TILES, Reducer, Survey, block_size, survey, traced, window
 from attnviz.backends import normalise
 from attnviz.core.tokens import clean
 from attnviz.figures import long as figs
@@ -72,10 +72,11 @@ class _Survey(NamedTuple):
 
 def _job_mb(model, n: int) -> float:
     """MB a long forward of ``n`` tokens and its page hold: the trace, its survey (pooled maps of DETAIL blocks a
-    side, what each key receives, the distance profile) twice (as read, and as the page's arrays) and one tile."""
+    side, what each key receives, the distance profile) twice (as read, and as the page's arrays) and one survey tile
+    with the buffers its reductions are written into (at most as large again: row blocks of 2 or more rows)."""
     L, H, nb = model.n_layers, model.n_heads, -(-n // block_size(n, DETAIL))
     survey_bytes = L * (4 * (2 * H + 1) * nb * nb + 4 * H * n + 8 * H * (2 * n + 1))
-    return footprint.trace_mb(model, n) + (2 * survey_bytes + 4 * TILE_FLOATS) / 2**20
+    return footprint.trace_mb(model, n) + (2 * survey_bytes + 2 * 4 * SURVEY_TILES * TILE_FLOATS) / 2**20
 
 
 class _Entry(NamedTuple):
