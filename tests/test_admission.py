@@ -245,6 +245,29 @@ def test_a_long_text_too_big_for_the_memory_setting_is_refused_on_any_page(monke
     assert at.text_area(key="text").value == text
 
 
+def test_under_a_tight_setting_the_survey_reads_smaller_tiles_and_the_same_numbers(monkeypatch):
+    """Large survey tiles (fewer operations) where a job with them fits ATTNVIZ_MAX_TRACE_MB; one TILE_FLOATS where
+    only that fits: the ~2,000-token text of the closed-tab test runs under 160 MB, and both surveys agree."""
+    from attnviz.analysis import long
+    from attnviz.backends import open_model
+    from attnviz.ui import long as ui_long
+    from test_long_analysis import assert_same_survey
+
+    model = open_model("builtin:seed")
+    big, small = ui_long._job_mb(model, 2000), ui_long._job_mb(model, 2000, tiles=1)
+    assert small < TRACE_MB < big, (small, big)
+    monkeypatch.setenv("ATTNVIZ_MAX_TRACE_MB", str(TRACE_MB))
+    assert ui_long._tiles(model, 2000) == 1 and ui_long._tiles(model, 700) == long.SURVEY_TILES
+    monkeypatch.setenv("ATTNVIZ_MAX_TRACE_MB", str(int(big) + 1))
+    assert ui_long._tiles(model, 2000) == long.SURVEY_TILES
+    text = document(502, 1200)
+    (trace, large), (_, one) = (long.traced(model, text, 4096, 256, tiles=t) for t in (long.SURVEY_TILES, 1))
+    L, H, T, _ = trace.stack(None).weights.shape
+    b = long.block_size(T, 256)
+    assert long.survey_tile(H, T, b, 1)[0] < long.survey_tile(H, T, b)[0] <= T  # they did tile differently
+    assert_same_survey(large.result(64), one.result(64), rtol=1e-5)
+
+
 def test_a_cached_long_text_never_waits_in_line_and_a_new_one_waits_its_turn(monkeypatch):
     """The one slot held by another job: a rerun over the cached trace renders at once, a new long text waits."""
     from attnviz.ui import jobs

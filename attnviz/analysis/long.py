@@ -3,8 +3,9 @@ how weight falls off with distance (a survey: read after a forward, or during it
 weight is computed once for the attention output and the survey alike); a token's column; a window's exact
 weights.
 
-Nothing here holds more than one tile of weights (``Weights.rows_per_tile``) at once, so a 16,384-token text
-costs one pass over its heads, never L·H·T² floats. Shapes use the legend in ``attnviz/__init__.py``.
+Nothing here holds more than one tile of weights (``Weights.rows_per_tile``; a forward's survey: ``survey_tile``) at
+once, so a 16,384-token text costs one pass over its heads, never L·H·T² floats. Shapes use the legend in
+``attnviz/__init__.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ from ..core.tokens import clean, word_spans
 from ..capture.record import reducing
 from ..core.weights import Weights, block_counts, block_reduce, rows_per_tile
 
+# A forward's survey tiles hold this many TILE_FLOATS (64 MB of weights at 4 M): each tile costs ~20 two-thread
+# operations, and with a browser or another process on the same two cores each of them waits for its slower thread.
+# A 4,096-token forward of builtin:seed beside a busy process took 22 s with 4 M-float tiles, 13.6 s with 16 M
+# (bare forward 7.2 s); on a quiet machine, one thread, they cost the same (bench/long_page.py).
+SURVEY_TILES = 4
 SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the first token is flagged a sink
 
 
@@ -39,34 +45,83 @@ def distance_labels(edges: np.ndarray) -> list[str]:
     return [f"{a}" if b - a == 1 else f"{a:,}–{b - 1:,}" for a, b in zip(edges[:-1], edges[1:])]
 
 
-def _sheared_sums(w: torch.Tensor) -> torch.Tensor:
-    """(h, r + c): the weight of ``w`` (h, r, c) at each offset j − i, summed over the rows; entry m is offset
-    m − r. ``w`` is copied into a zero-padded buffer whose rows are one element longer than a row's step, so a
-    strided view walks each diagonal down a column (for the small corners of ``_diagonal_sums``)."""
-    h, r, c = w.shape
-    padded = w.new_zeros(h, r + 1, r + c)  # the spare row lets the last rows' diagonals run into zeros
-    padded[:, :r, r:] = w
-    return padded.as_strided((h, r, r + c), (padded.stride(0), r + c + 1, 1)).sum(1)  # [i, m] = padded[i, i + m]
+def survey_tile(H: int, T: int, b: int, tiles: int = SURVEY_TILES) -> tuple[int, int]:
+    """(rows, bytes): the query rows of a survey tile of ``tiles`` TILE_FLOATS over ``T`` keys with row blocks of
+    ``b`` (at most T), and the bytes that tile and the buffers its reductions are written into hold: the one rule
+    for the survey (``Reducer.layer``) and for a job's memory (``attnviz.ui.long``)."""
+    rows = min(T, rows_per_tile(H, T, b, larger=tiles))
+    c = _corner_rows(rows, T)
+    floats = H * rows * T * (1 + (2 / b if b > 1 else 0) + 1 / H)  # the tile, its row blocks' max and sum, heads' sum
+    floats += H * (c + 1) * (4 * c - 1) + H * (T + 1) + 2 * H * (c + T)  # corners, band, diagonals (float64)
+    return rows, int(4 * floats)
 
 
-def _diagonal_sums(w: torch.Tensor) -> torch.Tensor:
-    """(h, rows + Tk): the weight of ``w`` (h, rows, Tk) at each key offset j − i, summed over the rows; entry
-    m is offset m − rows (−rows … Tk − 1; the first is 0).
+def _corner_rows(rows: int, T: int) -> int:
+    """Query rows per diagonal walk of a tile: its corners (H, c + 1, 4c − 1) stay within half the tile."""
+    return max(1, min(rows, T // 8))
+
+
+class _Scratch:
+    """What the survey's reductions of one tile (H, rows, T) are written into, made once and reused tile after
+    tile. The app holds glibc's mmap threshold at 64 KiB (``attnviz.ui.collect``), so every fresh tensor above
+    that is memory the kernel faults in page by page: fresh results took ~1,400 faults a tile, 390 k and ~1.3 s
+    of system time over a 4,096-token forward of builtin:seed."""
+
+    def __init__(self, H: int, rows: int, T: int, b: int):
+        nr = -(-rows // b)  # row blocks of a tile
+        self.rows = rows
+        if b > 1:  # blocks of one row are the tile itself
+            self.rmax, self.rsum = torch.empty(H, nr, T), torch.empty(H, nr, T)
+        self.block_ones = torch.ones(H, 1, nr)
+        self.heads, self.heads_max = torch.empty(rows, T), torch.empty(nr, T)
+        self.walks: dict[int, _Walk] = {}  # rows of a diagonal walk -> its buffers
+
+    def walk(self, H: int, c: int, T: int) -> "_Walk":
+        if c not in self.walks:  # a tile's walks are all one size, but for a shorter last one
+            self.walks[c] = _Walk(H, c, T)
+        return self.walks[c]
+
+
+class _Walk:
+    """The buffers of ``_diagonal_sums`` over ``c`` query rows of T keys."""
+
+    def __init__(self, H: int, c: int, T: int):
+        self.ones = torch.ones(H, 1, c)
+        self.band = torch.empty(H, 1, T - c + 1)
+        # Both corners side by side, each after c zero columns (see _diagonal_sums), and a zero row.
+        self.corners = torch.zeros(H, c + 1, 4 * c - 1)
+        self.corner_sums = torch.empty(H, 1, 4 * c - 1)
+        self.diagonals = torch.zeros(H, c + T, dtype=torch.float64)
+
+
+def _diagonal_sums(w: torch.Tensor, s: _Walk) -> torch.Tensor:
+    """(h, rows + Tk) float64, in ``s.diagonals``: the weight of ``w`` (h, rows, Tk; each row Tk contiguous keys)
+    at each key offset j − i, summed over the rows; entry m is offset m − rows (−rows … Tk − 1; the first is 0).
 
     Offsets 0 … Tk − rows lie in every row: a strided view of the tile itself (a row step of Tk + 1 elements)
-    walks each of them down a column, one pass and no copy. Each row's few keys outside that band (j < i on the
-    left, j > i + Tk − rows on the right) lie in the tile's rows × rows corners, whose offsets beyond the band's
-    are taken from sums of the corners alone.
+    walks each of them down a column, one pass and no copy, summed by a product with ones (twice as fast as
+    ``sum`` over that view). Each row's few keys outside that band (j < i on the left, j > i + Tk − rows on the
+    right) lie in the tile's corners (rows × rows and rows × (rows − 1)), copied side by side into a buffer
+    whose rows are one element longer than a row's step: [:, :, 0:r] zero, the left corner at r:2r, zero at
+    2r:3r, the right corner at 3r:4r − 1, and a zero row. Walking that buffer the same way, diagonal m < r holds
+    the left corner's offset m − r alone, diagonal 3r + c the right corner's offset c (past the band) alone; a
+    walk that runs off a row's end continues in the next row's first r columns, zeros.
     """
     h, rows, Tk = w.shape
-    w = w.contiguous()  # a no-op for the tiles a forward computes
+    assert w.stride(1) == Tk and w.stride(2) == 1, w.stride()
     n = Tk - rows + 1  # ≥ 1: a tile's rows are at most its keys
-    out = torch.zeros(h, rows + Tk)
-    out[:, rows:rows + n] = w.as_strided((h, rows, n), (w.stride(0), Tk + 1, 1)).sum(1)  # [i, d] = w[i, i + d]
+    out = s.diagonals  # (h, rows + Tk) float64
+    band = w.as_strided((h, rows, n), (w.stride(0), Tk + 1, 1))  # [i, d] = w[i, i + d]
+    out[:, rows:rows + n] = torch.bmm(s.ones, band, out=s.band)[:, 0]  # each column's sum
     if rows > 1:
-        out[:, :rows] += _sheared_sums(w[:, :, :rows])[:, :rows]  # offsets < 0 (keys j < i)
-        out[:, n + rows:] += _sheared_sums(w[:, :, n:])[:, rows:]  # offsets > Tk − rows (column c is key n + c)
-    return out  # float32 over at most a tile's rows; the caller accumulates in float64
+        c = s.corners  # (h, rows + 1, 4 rows − 1)
+        c[:, :rows, rows:2 * rows] = w[:, :, :rows]
+        c[:, :rows, 3 * rows:] = w[:, :, n:]
+        walk = c.as_strided((h, rows, 4 * rows - 1), (c.stride(0), 4 * rows, 1))  # [i, m] = c[i, i + m]
+        sums = torch.bmm(s.ones, walk, out=s.corner_sums)[:, 0]  # (h, 4 rows − 1)
+        out[:, :rows] = sums[:, :rows]  # offsets −rows … −1 (keys j < i); the first is 0
+        out[:, rows + n:] = sums[:, 3 * rows:]  # offsets Tk − rows + 1 … Tk − 1
+    return out  # float32 sums over at most a tile's rows, accumulated by the caller in float64
 
 
 class Survey(NamedTuple):
@@ -104,6 +159,7 @@ class _Layer:
         self.diagonals = torch.zeros(H, 2 * T + 1, dtype=torch.float64)  # entry T + d: weight at offset d = j − i
         self.rows = 0  # query rows seen so far
         self._tile = None  # the buffer tiles are computed into, kept while tiles of one size come
+        self._scratch = None  # the buffers a tile's reductions are written into, as long
 
     def tile(self, rows: int) -> torch.Tensor:
         """(H, rows, T): a buffer for the next tile of ``rows`` query rows, reused from tile to tile (a fresh 16 MB
@@ -118,21 +174,32 @@ class _Layer:
         b = self.b
         if start != self.rows or start % b:
             raise ValueError(f"tiles must come in order, whole row blocks at a time: got row {start} after {self.rows}")
+        if self._scratch is None or self._scratch.rows != rows:
+            self._scratch = _Scratch(H, rows, T, b)
+        s = self._scratch
         r0, r1 = start // b, -(-(start + rows) // b)  # the row blocks this tile covers, whole
         # Row blocks first: a reduction across rows runs along the contiguous keys and leaves b× fewer values
         # for the key blocks (max_pool2d and avg_pool2d over the tile took about 3× as long, one thread).
-        rmax, rsum = block_reduce(w, b, 1)  # (H, row blocks, T)
-        self.received += rsum.sum(1)
-        self.pmax[:, r0:r1] = block_reduce(rmax, b, 2, "max")  # (H, row blocks, nb)
-        self.psum[:, r0:r1] = block_reduce(rsum, b, 2, "sum")
-        mean = block_reduce(w.mean(0), b, 0, "max")  # (row blocks, T): block max of the heads' mean
-        self.lmax[r0:r1] = block_reduce(mean, b, 1, "max")
-        # Diagonal m of the tile is offset m − rows from its own row, m − rows − start from the query's position.
-        lo = T - rows - start  # ≥ 0: the tile's rows end by T
-        self.diagonals[:, lo:lo + rows + T] += _diagonal_sums(w)
+        rmax, rsum = (block_reduce(w, b, 1, "max", s.rmax), block_reduce(w, b, 1, "sum", s.rsum)) if b > 1 else (w, w)
+        self.received[:, None].baddbmm_(s.block_ones, rsum)  # += the row blocks' sum: one product, (H, 1, T)
+        block_reduce(rmax, b, 2, "max", self.pmax[:, r0:r1])  # (H, row blocks, nb)
+        block_reduce(rsum, b, 2, "sum", self.psum[:, r0:r1])
+        # The block max of the heads' mean: of their sum, then / H (x ↦ x / H rounds monotonically, so this is
+        # the max of each mean as w.mean(0) would round it).
+        heads = block_reduce(torch.sum(w, 0, out=s.heads), b, 0, "max", s.heads_max)  # (row blocks, T)
+        block_reduce(heads, b, 1, "max", self.lmax[r0:r1]).div_(H)
+        # The diagonals, c rows at a time (corners within half the tile). Diagonal m of rows a:a + c is offset
+        # m − c from its own row, m − c − start − a from the query's position.
+        w = w.contiguous()  # a no-op for a forward's tiles
+        c = _corner_rows(rows, T)
+        for a in range(0, rows, c):
+            part = w[:, a:a + c]  # (H, ≤ c, T)
+            k = part.shape[1]
+            lo = T - k - start - a  # ≥ 0: the tile's rows end by T
+            self.diagonals[:, lo:lo + k + T] += _diagonal_sums(part, s.walk(H, k, T))
         self.rows += rows
         if self.rows == T:
-            self._tile = None
+            self._tile = self._scratch = None
 
 
 class Reducer:
@@ -143,8 +210,8 @@ class Reducer:
     ``progress(fraction)`` after each tile, over ``n_layers`` when given."""
 
     def __init__(self, detail: int = 256, n_layers: int | None = None,
-                 progress: Callable[[float], None] | None = None):
-        self.detail, self.n_layers, self.progress = detail, n_layers, progress
+                 progress: Callable[[float], None] | None = None, tiles: int = SURVEY_TILES):
+        self.detail, self.n_layers, self.progress, self.tiles = detail, n_layers, progress, tiles
         self.layers: list[_Layer] = []
 
     def layer(self, H: int, T: int) -> tuple[int, Callable, Callable]:
@@ -161,7 +228,7 @@ class Reducer:
             if self.progress is not None and self.n_layers:
                 self.progress(min(1.0, (done + (start + w.shape[1]) / T) / self.n_layers))
 
-        return rows_per_tile(H, T, b), visit, current.tile  # whole row blocks per tile
+        return survey_tile(H, T, b, self.tiles)[0], visit, current.tile  # whole row blocks per tile
 
     def complete(self, shape: tuple) -> bool:
         """Whether every layer of weights of ``shape`` (L, H, T, T) has been seen whole."""
@@ -196,11 +263,11 @@ class Reducer:
 
 
 def traced(model, text: str, max_tokens: int | None = None, detail: int = 256,
-           progress: Callable[[float], None] | None = None) -> tuple:
+           progress: Callable[[float], None] | None = None, tiles: int = SURVEY_TILES) -> tuple:
     """(trace, reducer): ``model``'s trace of ``text`` with a survey of every head read during the same forward
-    (``capture.reducing``); ``reducer.complete`` is False for a model whose forward did not hand its attention
-    over (held eager): survey its weights instead."""
-    with reducing(Reducer(detail, model.n_layers, progress)) as reducer:
+    (``capture.reducing``) in tiles of ``tiles`` TILE_FLOATS; ``reducer.complete`` is False for a model whose
+    forward did not hand its attention over (held eager): survey its weights instead."""
+    with reducing(Reducer(detail, model.n_layers, progress, tiles)) as reducer:
         return model.trace(text, max_tokens=max_tokens), reducer
 
 

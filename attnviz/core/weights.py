@@ -76,20 +76,22 @@ class LayerQK:
         parts = (self.q, self.k, self.bias, self.mask)
         return sum(t.element_size() * t.nelement() for t in parts if t is not None)
 
-    def weights(self, heads, start: int, stop: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    def weights(self, heads, start: int, stop: int, out: torch.Tensor | None = None,
+                scaled: torch.Tensor | None = None) -> torch.Tensor:
         """Exact float32 weights of query rows ``start:stop`` for the heads in ``heads`` (a list): (h, rows, Tk),
-        written into ``out`` when given.
+        written into ``out`` when given; ``scaled`` as in ``scores``.
 
         Rows sum to 1 over the keys a query may see; hidden keys get 0, and a row that sees none is all 0.
         Only the band of keys some row of the tile may see is computed (half the work for a causal model).
         """
         lo, hi = self._band(start, stop)
         whole = out is not None and lo == 0 and hi == self.shape[2]  # scores made in ``out``, softmaxed in place
-        scores = self.scores(heads, start, stop, lo, hi, out if whole else None)  # (h, rows, band)
+        scores = self.scores(heads, start, stop, lo, hi, out if whole else None, scaled)  # (h, rows, band)
         if out is None:
             out = torch.empty(len(heads), stop - start, self.shape[2])
-        out[..., :lo] = 0
-        out[..., hi:] = 0
+        if not whole:
+            out[..., :lo] = 0
+            out[..., hi:] = 0
         band = torch.softmax(scores, dim=-1, out=out[..., lo:hi])
         if self.mask is not None:
             band.nan_to_num_(0.0)  # a row that sees no key: 0, not NaN
@@ -102,16 +104,21 @@ class LayerQK:
         hi = min(Tk, stop + Tk - Tq) if self.causal else Tk
         return lo, hi
 
-    def scores(self, heads, start: int, stop: int, lo: int, hi: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    def scores(self, heads, start: int, stop: int, lo: int, hi: int, out: torch.Tensor | None = None,
+               scaled: torch.Tensor | None = None) -> torch.Tensor:
         """(h, rows, hi − lo) float32: the logits of query rows ``start:stop`` over keys ``lo:hi`` for the heads in
         ``heads`` (a list), soft-capped, biased and masked (−inf where a key is hidden); written into ``out`` when
-        given. Softmax over every key of a row gives its weights."""
+        given. Softmax over every key of a row gives its weights. ``scaled`` (h, Tq, Dh): these heads' queries as
+        float32 times ``scaling``, when a caller reading many tiles made them once (``output``)."""
         H, Tq, Tk = self.shape
         heads = torch.as_tensor(heads, dtype=torch.long)
         p = torch.arange(start, stop)[:, None] + (Tk - Tq)  # (rows, 1) the queries' positions among the keys
         j = torch.arange(lo, hi)[None, :]  # (1, band) the keys computed
         every = len(heads) == H and bool((heads == torch.arange(H)).all())  # every head in order: views, no copies
-        q = (self.q[:, start:stop] if every else self.q[heads, start:stop]).float() * self.scaling  # (h, rows, Dh)
+        if scaled is not None:
+            q = scaled[:, start:stop]  # (h, rows, Dh)
+        else:
+            q = (self.q[:, start:stop] if every else self.q[heads, start:stop]).float() * self.scaling  # (h, rows, Dh)
         k = self.k[:, lo:hi] if every and self.k.shape[0] == H else self.k[self.key_heads(heads), lo:hi]
         k = k.float()  # (h, band, Dh)
         scores = soft_capped(torch.matmul(q, k.transpose(-2, -1), out=out), self.softcap)  # (h, rows, band)
@@ -161,16 +168,20 @@ class LayerQK:
         dtype = v.dtype
         v = v[torch.arange(H) // (H // v.shape[0])].float()  # (H, Tk, Dv): values shared as the keys are
         out = torch.empty(H, Tq, v.shape[-1])
-        rows = rows or rows_per_tile(H, Tk)
+        rows = min(rows or rows_per_tile(H, Tk), Tq)
         heads = list(range(H))
+        # Made once, not per tile: under the app's 64 KiB mmap threshold (attnviz.ui.collect) each fresh 256 KB
+        # of a tile's scaled queries or product was memory faulted in page by page.
+        scaled = self.q.float() * self.scaling  # (H, Tq, Dh)
+        product = torch.empty(H, rows, v.shape[-1])  # (H, rows, Dv)
         for a in range(0, Tq, rows):
             b = min(a + rows, Tq)
-            w = self.weights(heads, a, b, None if tile is None else tile(b - a))  # (H, rows, Tk)
+            w = self.weights(heads, a, b, None if tile is None else tile(b - a), scaled)  # (H, rows, Tk)
             if visit is not None:
                 visit(w, a)
             # A product written straight into this strided slice (out=) took 3.3 ms a 4,096-key tile of 8 heads;
-            # a fresh product and its copy take 2.6 + 0.1 ms.
-            out[:, a:b] = w @ v  # (H, rows, Dv)
+            # a product into a contiguous buffer and its copy take 2.6 + 0.1 ms.
+            out[:, a:b] = torch.bmm(w, v, out=product[:, :b - a])  # (H, rows, Dv)
         return out.to(dtype)
 
 
@@ -229,11 +240,11 @@ def frozen(a, dtype=None) -> np.ndarray:
     return a
 
 
-def rows_per_tile(n_heads: int, n_keys: int, block: int = 1, smaller: int = 1) -> int:
+def rows_per_tile(n_heads: int, n_keys: int, block: int = 1, smaller: int = 1, larger: int = 1) -> int:
     """The query rows one tile of ``n_heads`` heads over ``n_keys`` keys holds: as many as fit TILE_FLOATS
-    (``smaller`` times fewer, for a tile that many passes read), whole blocks of ``block`` rows, at least one
-    block. The one rule for every tile."""
-    return max(block, TILE_FLOATS // smaller // (n_heads * n_keys) // block * block)
+    (``smaller`` times fewer, for a tile that many passes read; ``larger`` times more, for a forward's survey),
+    whole blocks of ``block`` rows, at least one block. The one rule for every tile."""
+    return max(block, TILE_FLOATS * larger // smaller // (n_heads * n_keys) // block * block)
 
 
 def tensor_view(a) -> torch.Tensor:
@@ -246,13 +257,16 @@ def tensor_view(a) -> torch.Tensor:
         return torch.from_numpy(a)
 
 
-def block_reduce(x: torch.Tensor, b, dim: int, how: str | None = None):
+def block_reduce(x: torch.Tensor, b, dim: int, how: str | None = None, out: torch.Tensor | None = None):
     """Max and sum of ``x`` over consecutive blocks along ``dim``; only the max, min or sum when ``how`` is "max",
     "min" or "sum". ``b`` is a block length (every block that long, the last maybe shorter) or the blocks' start
     positions (a list or array, the first 0: blocks of any lengths). The one pooling function: ``Weights.pooled``,
-    the long-text survey and the figures' mosaics all reduce through it."""
+    the long-text survey and the figures' mosaics all reduce through it. ``out`` (one ``how``, a block length):
+    the tensor the result is written into and returned, so a loop over tiles allocates nothing."""
     dim = dim % x.ndim
     n = x.shape[dim]
+    if out is not None:
+        return _block_reduce_into(x, int(b), dim, how, out)
     if not isinstance(b, (int, np.integer)):
         return _uneven_reduce(x, np.asarray(b, np.int64), dim, how)
     full = n // b
@@ -268,6 +282,18 @@ def block_reduce(x: torch.Tensor, b, dim: int, how: str | None = None):
         parts.append([op(rest, dim, keepdim=True) for op in ops])
     out = parts[0] if len(parts) == 1 else [torch.cat(p, dim) for p in zip(*parts)]
     return out[0] if how is not None else tuple(out)
+
+
+def _block_reduce_into(x: torch.Tensor, b: int, dim: int, how: str, out: torch.Tensor) -> torch.Tensor:
+    """``block_reduce(x, b, dim, how)`` written into ``out``: the full blocks, then a shorter last one."""
+    op = {"max": torch.amax, "min": torch.amin, "sum": torch.sum}[how]
+    n = x.shape[dim]
+    full = n // b
+    if full:
+        op(x.narrow(dim, 0, full * b).unflatten(dim, (full, b)), dim + 1, out=out.narrow(dim, 0, full))
+    if n > full * b:
+        op(x.narrow(dim, full * b, n - full * b), dim, keepdim=True, out=out.narrow(dim, full, 1))
+    return out
 
 
 def _uneven_reduce(x: torch.Tensor, starts: np.ndarray, dim: int, how: str | None):

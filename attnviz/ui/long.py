@@ -14,15 +14,14 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from attnviz import analysis
+from attnviz import analysis, settings
 from attnviz.backends import footprint
-from attnviz.analysis.long import Reducer, Survey, block_size, survey, traced, window
+from attnviz.analysis.long import SURVEY_TILES, Reducer, Survey, block_size, survey, survey_tile, traced, window
 from attnviz.backends import normalise
 from attnviz.core.tokens import clean
 from attnviz.figures import long as figs
 from attnviz.ui import jobs
 from attnviz.ui.derived import nbytes
-from attnviz.core.weights import TILE_FLOATS
 from attnviz.ui.display import CELLS  # up to CELLS tokens the Attention page draws every head cell by cell
 from attnviz.ui.frame import BAR_KEY, STILL_CSS, layer_head, max_tokens, resolve
 from attnviz.ui.heads import head_chart
@@ -70,12 +69,20 @@ class _Survey(NamedTuple):
         return nbytes([vars(layer) for layer in self.reducer.layers]) + nbytes(self.surveys)
 
 
-def _job_mb(model, n: int) -> float:
+def _job_mb(model, n: int, tiles: int = SURVEY_TILES) -> float:
     """MB a long forward of ``n`` tokens and its page hold: the trace, its survey (pooled maps of DETAIL blocks a
-    side, what each key receives, the distance profile) twice (as read, and as the page's arrays) and one tile."""
-    L, H, nb = model.n_layers, model.n_heads, -(-n // block_size(n, DETAIL))
+    side, what each key receives, the distance profile) twice (as read, and as the page's arrays) and one survey tile
+    of ``tiles`` TILE_FLOATS with the buffers its reductions are written into."""
+    L, H, b = model.n_layers, model.n_heads, block_size(n, DETAIL)
+    nb = -(-n // b)
     survey_bytes = L * (4 * (2 * H + 1) * nb * nb + 4 * H * n + 8 * H * (2 * n + 1))
-    return footprint.trace_mb(model, n) + (2 * survey_bytes + 4 * TILE_FLOATS) / 2**20
+    return footprint.trace_mb(model, n) + (2 * survey_bytes + survey_tile(H, n, b, tiles)[1]) / 2**20
+
+
+def _tiles(model, n: int) -> int:
+    """The survey's tiles for ``n`` tokens: SURVEY_TILES TILE_FLOATS (fewer operations, faster beside a busy
+    browser), or one where a job with those would not fit ATTNVIZ_MAX_TRACE_MB."""
+    return SURVEY_TILES if _job_mb(model, n, SURVEY_TILES) <= settings.max_trace_mb() else 1
 
 
 class _Entry(NamedTuple):
@@ -152,8 +159,9 @@ def long_trace(key: str, text: str, limit: int):
             return alive
     n = footprint.n_tokens(model, text, limit)
     bar = _Bar("Running the model and reading all its heads…", "forward")
-    with jobs.for_tokens(n, partial(_job_mb, model)):
-        trace, reducer = traced(model, text, limit, DETAIL, bar)
+    tiles = _tiles(model, n)
+    with jobs.for_tokens(n, partial(_job_mb, model, tiles=tiles)):
+        trace, reducer = traced(model, text, limit, DETAIL, bar, tiles)
     bar.done()
     reducer.progress = None  # the bar is this run's: a shared survey must not keep it
     paired = _Survey(reducer, {})
