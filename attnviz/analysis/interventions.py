@@ -136,8 +136,9 @@ class EditedQK(LayerQK):
             elif isinstance(e, Patch) and tuple(np.shape(e.output))[:1] != (Tq,):
                 raise ValueError(f"{describe(e)}: the output has {np.shape(e.output)[0]} positions, the layer {Tq}.")
 
-    def weights(self, heads, start: int, stop: int, out: torch.Tensor | None = None) -> torch.Tensor:
-        w = super().weights(heads, start, stop, out)  # (h, rows, Tk)
+    def weights(self, heads, start: int, stop: int, out: torch.Tensor | None = None,
+                scaled: torch.Tensor | None = None) -> torch.Tensor:
+        w = super().weights(heads, start, stop, out, scaled)  # (h, rows, Tk)
         H, Tq, Tk = self.shape
         heads = [int(h) for h in heads]
         p = torch.arange(start, stop) + (Tk - Tq)  # (rows,) each query's position among the keys
