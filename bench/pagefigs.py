@@ -9,5 +9,8 @@ from attention_payload import page_figures  # noqa: F401  (exactly what pages/1_
 
 
 def payload(fig) -> int:
-    """Bytes of the JSON spec ``st.plotly_chart`` sends for ``fig``."""
+    """Bytes of the JSON spec ``st.plotly_chart`` sends for ``fig``, or of the HTML ``st.html`` sends (the text
+    shaded by a token's weights)."""
+    if isinstance(fig, str):
+        return len(fig.encode())
     return len(plotly.io.to_json(fig, validate=False).encode())

@@ -79,8 +79,8 @@ def run() -> dict:
 
 def report(result: dict) -> str:
     ours, theirs = result["attnviz"], result["bertviz"]
-    names = list(next(iter(ours.values()))["bytes"])
-    rows = [[n, *(mb(r["bytes"][k]) for k in names), mb(r["total"]), ms(r["build_s"])] for n, r in ours.items()]
+    names = list(dict.fromkeys(k for r in ours.values() for k in r["bytes"]))  # past CELLS tokens, the long view's
+    rows = [[n, *(mb(r["bytes"].get(k)) for k in names), mb(r["total"]), ms(r["build_s"])] for n, r in ours.items()]
     out = table("attnviz attention page: MB of figure JSON per figure", ["tokens", *names, "total",
                                                                          "build + JSON ms"], rows)
     rows = []
