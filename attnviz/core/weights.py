@@ -264,28 +264,19 @@ def block_reduce(x: torch.Tensor, b, dim: int, how: str | None = None, out: torc
     the long-text survey and the figures' mosaics all reduce through it. ``out`` (one ``how``, a block length):
     the tensor the result is written into and returned, so a loop over tiles allocates nothing."""
     dim = dim % x.ndim
-    n = x.shape[dim]
     if out is not None:
         return _block_reduce_into(x, int(b), dim, how, out)
     if not isinstance(b, (int, np.integer)):
         return _uneven_reduce(x, np.asarray(b, np.int64), dim, how)
-    full = n // b
-    ops = [op for name, op in (("max", torch.amax), ("min", torch.amin), ("sum", torch.sum))
-           if how == name or (how is None and name != "min")]
-    parts = []
-    if full:
-        main = x.narrow(dim, 0, full * b)
-        main = main.unflatten(dim, (full, b))  # a view: (…, full, b, …)
-        parts.append([op(main, dim + 1) for op in ops])
-    if n > full * b:
-        rest = x.narrow(dim, full * b, n - full * b)
-        parts.append([op(rest, dim, keepdim=True) for op in ops])
-    out = parts[0] if len(parts) == 1 else [torch.cat(p, dim) for p in zip(*parts)]
-    return out[0] if how is not None else tuple(out)
+    shape = list(x.shape)
+    shape[dim] = -(-shape[dim] // b)  # (…, blocks, …)
+    outs = [_block_reduce_into(x, int(b), dim, name, x.new_empty(shape)) for name in ([how] if how else ["max", "sum"])]
+    return outs[0] if how is not None else tuple(outs)
 
 
 def _block_reduce_into(x: torch.Tensor, b: int, dim: int, how: str, out: torch.Tensor) -> torch.Tensor:
-    """``block_reduce(x, b, dim, how)`` written into ``out``: the full blocks, then a shorter last one."""
+    """``block_reduce(x, b, dim, how)`` written into ``out``: the full blocks (a view, (…, full, b, …)), then a
+    shorter last one."""
     op = {"max": torch.amax, "min": torch.amin, "sum": torch.sum}[how]
     n = x.shape[dim]
     full = n // b
