@@ -61,37 +61,63 @@ def _corner_rows(rows: int, T: int) -> int:
     return max(1, min(rows, T // 8))
 
 
-class _Scratch:
-    """What the survey's reductions of one tile (H, rows, T) are written into, made once and reused tile after
-    tile. The app holds glibc's mmap threshold at 64 KiB (``attnviz.ui.collect``), so every fresh tensor above
-    that is memory the kernel faults in page by page: fresh results took ~1,400 faults a tile, 390 k and ~1.3 s
-    of system time over a 4,096-token forward of builtin:seed."""
+class _Arena:
+    """The memory a survey's tiles and their reductions are written into, made once per survey and reused by
+    every layer and tile. The app holds glibc's mmap threshold at 64 KiB (``attnviz.ui.collect``), so every fresh
+    tensor above that is memory the kernel faults in page by page: fresh results per tile took ~1,400 faults a
+    tile, 390 k and ~1.3 s of system time over a 4,096-token forward of builtin:seed; buffers made per layer still
+    took ~0.3 s (the diagonal walk's zeroed corners alone 34 ms a layer). Each name holds one flat tensor, grown to
+    the largest shape asked for; a smaller shape (a shorter last tile) is a view of its first part, so the survey
+    never holds more than its largest tile's buffers (what ``survey_tile`` counts)."""
 
-    def __init__(self, H: int, rows: int, T: int, b: int):
+    def __init__(self):
+        self._flat: dict[str, torch.Tensor] = {}
+        self._shape: dict[str, tuple] = {}
+
+    def take(self, name: str, shape: tuple, fill: float | None = None, dtype=torch.float32) -> torch.Tensor:
+        """A contiguous ``shape`` tensor of ``name``'s memory; ``fill`` fills it when its shape changes (callers
+        leave the filled parts as they are, so a fill lasts while tiles of one size come)."""
+        n = int(np.prod(shape))
+        flat = self._flat.get(name)
+        if flat is None or flat.numel() < n or flat.dtype != dtype:
+            flat = self._flat[name] = torch.empty(n, dtype=dtype)
+            self._shape[name] = None
+        view = flat[:n].view(shape)
+        if fill is not None and self._shape[name] != shape:
+            view.fill_(fill)
+        self._shape[name] = shape
+        return view
+
+    def clear(self) -> None:
+        self._flat.clear()
+        self._shape.clear()
+
+
+class _Scratch:
+    """What the survey's reductions of one tile (H, rows, T) are written into, from the survey's arena."""
+
+    def __init__(self, H: int, rows: int, T: int, b: int, arena: _Arena):
         nr = -(-rows // b)  # row blocks of a tile
-        self.rows = rows
+        self.arena = arena
         if b > 1:  # blocks of one row are the tile itself
-            self.rmax, self.rsum = torch.empty(H, nr, T), torch.empty(H, nr, T)
-        self.block_ones = torch.ones(H, 1, nr)
-        self.heads, self.heads_max = torch.empty(rows, T), torch.empty(nr, T)
-        self.walks: dict[int, _Walk] = {}  # rows of a diagonal walk -> its buffers
+            self.rmax, self.rsum = arena.take("rmax", (H, nr, T)), arena.take("rsum", (H, nr, T))
+        self.block_ones = arena.take("block_ones", (H, 1, nr), fill=1.0)
+        self.heads, self.heads_max = arena.take("heads", (rows, T)), arena.take("heads_max", (nr, T))
 
     def walk(self, H: int, c: int, T: int) -> "_Walk":
-        if c not in self.walks:  # a tile's walks are all one size, but for a shorter last one
-            self.walks[c] = _Walk(H, c, T)
-        return self.walks[c]
+        return _Walk(H, c, T, self.arena)
 
 
 class _Walk:
-    """The buffers of ``_diagonal_sums`` over ``c`` query rows of T keys."""
+    """The buffers of ``_diagonal_sums`` over ``c`` query rows of T keys, from the survey's arena."""
 
-    def __init__(self, H: int, c: int, T: int):
-        self.ones = torch.ones(H, 1, c)
-        self.band = torch.empty(H, 1, T - c + 1)
+    def __init__(self, H: int, c: int, T: int, arena: _Arena):
+        self.ones = arena.take("walk_ones", (H, 1, c), fill=1.0)
+        self.band = arena.take("band", (H, 1, T - c + 1))
         # Both corners side by side, each after c zero columns (see _diagonal_sums), and a zero row.
-        self.corners = torch.zeros(H, c + 1, 4 * c - 1)
-        self.corner_sums = torch.empty(H, 1, 4 * c - 1)
-        self.diagonals = torch.zeros(H, c + T, dtype=torch.float64)
+        self.corners = arena.take("corners", (H, c + 1, 4 * c - 1), fill=0.0)
+        self.corner_sums = arena.take("corner_sums", (H, 1, 4 * c - 1))
+        self.diagonals = arena.take("diagonals", (H, c + T), fill=0.0, dtype=torch.float64)
 
 
 def _diagonal_sums(w: torch.Tensor, s: _Walk) -> torch.Tensor:
@@ -149,24 +175,20 @@ class Survey(NamedTuple):
 class _Layer:
     """One layer's running reductions (tensors): filled tile by tile, whole row blocks at a time."""
 
-    def __init__(self, H: int, T: int, b: int):
+    def __init__(self, H: int, T: int, b: int, arena: _Arena):
         nb = -(-T // b)
-        self.H, self.T, self.b = H, T, b
+        self.H, self.T, self.b, self.arena = H, T, b, arena
         self.pmax = torch.zeros(H, nb, nb)
         self.psum = torch.zeros(H, nb, nb)
         self.lmax = torch.zeros(nb, nb)
         self.received = torch.zeros(H, T)
         self.diagonals = torch.zeros(H, 2 * T + 1, dtype=torch.float64)  # entry T + d: weight at offset d = j − i
         self.rows = 0  # query rows seen so far
-        self._tile = None  # the buffer tiles are computed into, kept while tiles of one size come
-        self._scratch = None  # the buffers a tile's reductions are written into, as long
 
     def tile(self, rows: int) -> torch.Tensor:
-        """(H, rows, T): a buffer for the next tile of ``rows`` query rows, reused from tile to tile (a fresh 16 MB
-        per tile is fresh memory to touch)."""
-        if self._tile is None or self._tile.shape[1] != rows:  # the first tile, or a last, shorter one
-            self._tile = torch.empty(self.H, rows, self.T)
-        return self._tile
+        """(H, rows, T): the buffer for the next tile of ``rows`` query rows, the survey's own from tile to tile and
+        layer to layer (a fresh 64 MB per layer is fresh memory to touch)."""
+        return self.arena.take("tile", (self.H, rows, self.T))
 
     def add(self, w: torch.Tensor, start: int) -> None:
         """Fold in the weights ``w`` (H, rows, T) of query rows ``start:``; ``start`` begins a row block."""
@@ -174,9 +196,7 @@ class _Layer:
         b = self.b
         if start != self.rows or start % b:
             raise ValueError(f"tiles must come in order, whole row blocks at a time: got row {start} after {self.rows}")
-        if self._scratch is None or self._scratch.rows != rows:
-            self._scratch = _Scratch(H, rows, T, b)
-        s = self._scratch
+        s = _Scratch(H, rows, T, b, self.arena)
         r0, r1 = start // b, -(-(start + rows) // b)  # the row blocks this tile covers, whole
         # Row blocks first: a reduction across rows runs along the contiguous keys and leaves b× fewer values
         # for the key blocks (max_pool2d and avg_pool2d over the tile took about 3× as long, one thread).
@@ -198,8 +218,6 @@ class _Layer:
             lo = T - k - start - a  # ≥ 0: the tile's rows end by T
             self.diagonals[:, lo:lo + k + T] += _diagonal_sums(part, s.walk(H, k, T))
         self.rows += rows
-        if self.rows == T:
-            self._tile = self._scratch = None
 
 
 class Reducer:
@@ -213,18 +231,21 @@ class Reducer:
                  progress: Callable[[float], None] | None = None, tiles: int = SURVEY_TILES):
         self.detail, self.n_layers, self.progress, self.tiles = detail, n_layers, progress, tiles
         self.layers: list[_Layer] = []
+        self._arena = _Arena()  # every layer's tiles and buffers, freed once the last layer is seen
 
     def layer(self, H: int, T: int) -> tuple[int, Callable, Callable]:
         """Start the next layer: ``(rows, visit, tile)``, the arguments of ``LayerQK.output`` that feed it."""
         if self.layers and (self.layers[0].H, self.layers[0].T) != (H, T):
             raise ValueError(f"every layer of a survey must have the same heads and positions, got {H} heads × {T}")
         b = block_size(T, self.detail)
-        current = _Layer(H, T, b)
+        current = _Layer(H, T, b, self._arena)
         self.layers.append(current)
         done = len(self.layers) - 1
 
         def visit(w, start):
             current.add(w, start)
+            if current.rows == T and len(self.layers) == self.n_layers:
+                self._arena.clear()
             if self.progress is not None and self.n_layers:
                 self.progress(min(1.0, (done + (start + w.shape[1]) / T) / self.n_layers))
 
@@ -239,6 +260,7 @@ class Reducer:
         """The Survey, with ``overview`` blocks a side on the overview grid."""
         if not self.layers or any(x.rows != x.T for x in self.layers):
             raise ValueError("the survey has not seen every query row of every layer")
+        self._arena.clear()
         T, b = self.layers[0].T, self.layers[0].b
         stack = lambda name: torch.stack([getattr(x, name) for x in self.layers])  # noqa: E731
         pmax, psum, lmax = stack("pmax"), stack("psum"), stack("lmax")  # (L, H, nb, nb), …, (L, nb, nb)
