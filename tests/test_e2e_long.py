@@ -78,7 +78,7 @@ def test_a_zoomed_link_and_a_dragged_box_show_exact_weights(page, long_server, h
     bar.wait_for(timeout=TIMEOUT)
     page.wait_for_timeout(1_000)  # past st.spinner's own delay before it shows
     assert bar.is_visible() and page.get_by_test_id("stSpinner").count() == 0
-    moving = set()  # the bar moves every second: it used to glide for 0.5 s each time, the status widget to fade in
+    moving = set()  # the bar moves every few seconds: it used to glide for 0.5 s each time, the status widget to fade in
     for _ in range(25):
         moving.update(page.evaluate(MOVING))
         page.wait_for_timeout(100)

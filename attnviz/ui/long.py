@@ -30,8 +30,9 @@ from attnviz.ui.share import linked_number, plain
 
 DETAIL = 256  # blocks a side of a head at block resolution
 BAR_AFTER_S = 0.3  # a progress bar shows once the forward has run this long (a bar that comes and goes delays the page)
-BAR_EVERY_S = 1.0  # and moves at most this often: each move re-renders the page, and a browser on the server's
-# machine (the benchmarks, a laptop demo) took CPU from the forward (a bar moved per tile doubled a 4,096-token forward)
+BAR_EVERY_S = 2.5  # and moves at most this often: each move re-renders the page, and a browser on the server's
+# machine (the benchmarks, a laptop demo) takes CPU from the forward (a bar moved per tile doubled a 4,096-token
+# forward; moved every second, it still cost that forward ~0.5 s of its ~5 s: bench/RESULTS.md)
 
 
 class _Bar:
