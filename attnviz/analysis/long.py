@@ -98,14 +98,10 @@ class _Scratch:
 
     def __init__(self, H: int, rows: int, T: int, b: int, arena: _Arena):
         nr = -(-rows // b)  # row blocks of a tile
-        self.arena = arena
         if b > 1:  # blocks of one row are the tile itself
             self.rmax, self.rsum = arena.take("rmax", (H, nr, T)), arena.take("rsum", (H, nr, T))
         self.block_ones = arena.take("block_ones", (H, 1, nr), fill=1.0)
         self.heads, self.heads_max = arena.take("heads", (rows, T)), arena.take("heads_max", (nr, T))
-
-    def walk(self, H: int, c: int, T: int) -> "_Walk":
-        return _Walk(H, c, T, self.arena)
 
 
 class _Walk:
@@ -216,7 +212,7 @@ class _Layer:
             part = w[:, a:a + c]  # (H, ≤ c, T)
             k = part.shape[1]
             lo = T - k - start - a  # ≥ 0: the tile's rows end by T
-            self.diagonals[:, lo:lo + k + T] += _diagonal_sums(part, s.walk(H, k, T))
+            self.diagonals[:, lo:lo + k + T] += _diagonal_sums(part, _Walk(H, k, T, self.arena))
         self.rows += rows
 
 
