@@ -136,9 +136,8 @@ class EditedQK(LayerQK):
             elif isinstance(e, Patch) and tuple(np.shape(e.output))[:1] != (Tq,):
                 raise ValueError(f"{describe(e)}: the output has {np.shape(e.output)[0]} positions, the layer {Tq}.")
 
-    def weights(self, heads, start: int, stop: int, out: torch.Tensor | None = None,
-                scaled: torch.Tensor | None = None) -> torch.Tensor:
-        w = super().weights(heads, start, stop, out, scaled)  # (h, rows, Tk)
+    def edit(self, w: torch.Tensor, heads, start: int, stop: int) -> None:
+        """This layer's edits of the weights ``w`` (h, rows, Tk) of query rows ``start:stop``, in place."""
         H, Tq, Tk = self.shape
         heads = [int(h) for h in heads]
         p = torch.arange(start, stop) + (Tk - Tq)  # (rows,) each query's position among the keys
@@ -155,7 +154,6 @@ class EditedQK(LayerQK):
                     w[i, :, e.key] *= (p == e.key).to(w.dtype)  # its own row keeps it
                 else:
                     w[i] = self._pattern(e.weights, h, start, stop, p)
-        return w
 
     @staticmethod
     def _knock_out(w: torch.Tensor, e: Knockout, start: int, stop: int) -> None:
@@ -192,8 +190,9 @@ class EditedQK(LayerQK):
     def column(self, heads, key: int, norm: torch.Tensor) -> torch.Tensor:
         return self.weights(heads, 0, self.shape[1])[:, :, key]  # (h, Tq): the edited rows, not the normaliser's
 
-    def output(self, v: torch.Tensor, rows: int | None = None, visit=None, tile=None) -> torch.Tensor:
-        out = super().output(v, rows, visit, tile)  # (H, Tq, Dv)
+    def output(self, v: torch.Tensor, rows: int | None = None, visit=None, tile=None,
+               chunk: int | None = None) -> torch.Tensor:
+        out = super().output(v, rows, visit, tile, chunk)  # (H, Tq, Dv)
         for e in self.edits:
             if isinstance(e, Patch):
                 out[e.head] = torch.as_tensor(np.asarray(e.output), dtype=out.dtype)

@@ -24,6 +24,11 @@ from ..core.weights import Weights, block_counts, block_reduce, rows_per_tile
 # A 4,096-token forward of builtin:seed beside a busy process took 22 s with 4 M-float tiles, 13.6 s with 16 M
 # (bare forward 7.2 s); on a quiet machine, one thread, they cost the same (bench/long_page.py).
 SURVEY_TILES = 4
+# Its weights are made and surveyed a chunk of 1/CHUNKS TILE_FLOATS at a time (8 MB at 4 M): the softmax writes a
+# chunk and the survey's reductions read it again while it is still in the cache, where a whole tile's passes each
+# went back to memory (a 4,096-token layer of builtin:seed: 0.43 s with the survey read per 64 MB tile, 0.33 s per
+# 8 MB chunk, 0.26 s for its attention alone; bench/RESULTS.md).
+CHUNKS = 2
 SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the first token is flagged a sink
 
 
@@ -45,19 +50,22 @@ def distance_labels(edges: np.ndarray) -> list[str]:
     return [f"{a}" if b - a == 1 else f"{a:,}–{b - 1:,}" for a, b in zip(edges[:-1], edges[1:])]
 
 
-def survey_tile(H: int, T: int, b: int, tiles: int = SURVEY_TILES) -> tuple[int, int]:
-    """(rows, bytes): the query rows of a survey tile of ``tiles`` TILE_FLOATS over ``T`` keys with row blocks of
-    ``b`` (at most T), and the bytes that tile and the buffers its reductions are written into hold: the one rule
-    for the survey (``Reducer.layer``) and for a job's memory (``attnviz.ui.long``)."""
+def survey_tile(H: int, T: int, b: int, tiles: int = SURVEY_TILES) -> tuple[int, int, int]:
+    """(rows, chunk, bytes): the query rows of a survey tile of ``tiles`` TILE_FLOATS over ``T`` keys with row blocks
+    of ``b`` (at most T), the rows of each chunk of it the survey reads at once, and the bytes that tile and the
+    buffers a chunk's reductions are written into hold: the one rule for the survey (``Reducer.layer``) and for a
+    job's memory (``attnviz.ui.long``)."""
     rows = min(T, rows_per_tile(H, T, b, larger=tiles))
-    c = _corner_rows(rows, T)
-    floats = H * rows * T * (1 + (2 / b if b > 1 else 0) + 1 / H)  # the tile, its row blocks' max and sum, heads' sum
+    chunk = min(rows, rows_per_tile(H, T, b, smaller=CHUNKS))
+    c = _corner_rows(chunk, T)
+    floats = H * rows * T + H * chunk * T * ((2 / b if b > 1 else 0) + 1 / H)  # the tile; a chunk's row blocks'
+    # max and sum, and its heads' sum
     floats += H * (c + 1) * (4 * c - 1) + H * (T + 1) + 2 * H * (c + T)  # corners, band, diagonals (float64)
-    return rows, int(4 * floats)
+    return rows, chunk, int(4 * floats)
 
 
 def _corner_rows(rows: int, T: int) -> int:
-    """Query rows per diagonal walk of a tile: its corners (H, c + 1, 4c − 1) stay within half the tile."""
+    """Query rows per diagonal walk of a chunk: its corners (H, c + 1, 4c − 1) stay within half the chunk."""
     return max(1, min(rows, T // 8))
 
 
@@ -94,7 +102,7 @@ class _Arena:
 
 
 class _Scratch:
-    """What the survey's reductions of one tile (H, rows, T) are written into, from the survey's arena."""
+    """What the survey's reductions of one chunk (H, rows, T) are written into, from the survey's arena."""
 
     def __init__(self, H: int, rows: int, T: int, b: int, arena: _Arena):
         nr = -(-rows // b)  # row blocks of a tile
@@ -204,9 +212,10 @@ class _Layer:
         # the max of each mean as w.mean(0) would round it).
         heads = block_reduce(torch.sum(w, 0, out=s.heads), b, 0, "max", s.heads_max)  # (row blocks, T)
         block_reduce(heads, b, 1, "max", self.lmax[r0:r1]).div_(H)
-        # The diagonals, c rows at a time (corners within half the tile). Diagonal m of rows a:a + c is offset
+        # The diagonals, c rows at a time (corners within half the chunk). Diagonal m of rows a:a + c is offset
         # m − c from its own row, m − c − start − a from the query's position.
-        w = w.contiguous()  # a no-op for a forward's tiles
+        if w.stride(2) != 1 or w.stride(1) != T:  # a forward's chunks are rows of its tile: no copy
+            w = w.contiguous()
         c = _corner_rows(rows, T)
         for a in range(0, rows, c):
             part = w[:, a:a + c]  # (H, ≤ c, T)
@@ -218,10 +227,10 @@ class _Layer:
 
 class Reducer:
     """A survey built from weight tiles as they are computed, layer by layer: ``layer(H, T)`` starts the next
-    layer and returns ``(rows, visit, tile)``; call ``visit(w, start)`` with its tiles of ``rows`` query rows, in
-    order, best computed into ``tile(rows)`` (``LayerQK.output`` does, so a forward feeds it while it attends:
-    ``capture.reducing``).
-    ``progress(fraction)`` after each tile, over ``n_layers`` when given."""
+    layer and returns ``(rows, visit, tile, chunk)``: the layer's weights, in tiles of ``rows`` query rows best
+    computed into ``tile(rows)``, go to ``visit(w, start)`` ``chunk`` rows at a time, in order (``LayerQK.output``
+    does this, so a forward feeds it while it attends: ``capture.reducing``).
+    ``progress(fraction)`` after each chunk, over ``n_layers`` when given."""
 
     def __init__(self, detail: int = 256, n_layers: int | None = None,
                  progress: Callable[[float], None] | None = None, tiles: int = SURVEY_TILES):
@@ -229,8 +238,8 @@ class Reducer:
         self.layers: list[_Layer] = []
         self._arena = _Arena()  # every layer's tiles and buffers, freed once the last layer is seen
 
-    def layer(self, H: int, T: int) -> tuple[int, Callable, Callable]:
-        """Start the next layer: ``(rows, visit, tile)``, the arguments of ``LayerQK.output`` that feed it."""
+    def layer(self, H: int, T: int) -> tuple[int, Callable, Callable, int]:
+        """Start the next layer: ``(rows, visit, tile, chunk)``, the arguments of ``LayerQK.output`` that feed it."""
         if self.layers and (self.layers[0].H, self.layers[0].T) != (H, T):
             raise ValueError(f"every layer of a survey must have the same heads and positions, got {H} heads × {T}")
         b = block_size(T, self.detail)
@@ -245,7 +254,8 @@ class Reducer:
             if self.progress is not None and self.n_layers:
                 self.progress(min(1.0, (done + (start + w.shape[1]) / T) / self.n_layers))
 
-        return survey_tile(H, T, b, self.tiles)[0], visit, current.tile  # whole row blocks per tile
+        rows, chunk, _ = survey_tile(H, T, b, self.tiles)  # whole row blocks per tile and chunk
+        return rows, visit, current.tile, chunk
 
     def complete(self, shape: tuple) -> bool:
         """Whether every layer of weights of ``shape`` (L, H, T, T) has been seen whole."""
@@ -292,19 +302,20 @@ def traced(model, text: str, max_tokens: int | None = None, detail: int = 256,
 def survey(weights: Weights, overview: int = 64, detail: int = 256,
            progress: Callable[[float], None] | None = None) -> Survey:
     """One pass over every head of a self-attention stack: pooled maps at ``detail`` and ``overview`` blocks a
-    side (max and mean), what each key receives, and the distance profile. ``progress(fraction)`` after each tile."""
+    side (max and mean), what each key receives, and the distance profile. ``progress(fraction)`` after each chunk."""
     L, H, Tq, Tk = weights.shape
     if Tq != Tk:
         raise ValueError(f"a survey needs self-attention (as many queries as keys), got {Tq}×{Tk}")
     reducer = Reducer(detail, L, progress)
     heads = list(range(H))
     for layer in range(L):
-        rows, visit, tile = reducer.layer(H, Tk)
+        rows, visit, tile, chunk = reducer.layer(H, Tk)
         for a in range(0, Tq, rows):
             b = min(a + rows, Tq)
             w = tile(b - a)
             weights.tile_into(w.numpy(), layer, heads, a, b)  # straight into the reducer's buffer
-            visit(w, a)
+            for c in range(0, b - a, chunk):
+                visit(w[:, c:c + chunk], a + c)
     return reducer.result(overview)
 
 

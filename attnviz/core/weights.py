@@ -77,9 +77,10 @@ class LayerQK:
         return sum(t.element_size() * t.nelement() for t in parts if t is not None)
 
     def weights(self, heads, start: int, stop: int, out: torch.Tensor | None = None,
-                scaled: torch.Tensor | None = None) -> torch.Tensor:
+                scaled: torch.Tensor | None = None, visit=None, chunk: int | None = None) -> torch.Tensor:
         """Exact float32 weights of query rows ``start:stop`` for the heads in ``heads`` (a list): (h, rows, Tk),
-        written into ``out`` when given; ``scaled`` as in ``scores``.
+        written into ``out`` when given; ``scaled`` as in ``scores``. ``visit(w, a)``, when given, sees the
+        weights w (h, ≤ chunk, Tk) of rows a:a + ``chunk`` as soon as they are made (all rows when None).
 
         Rows sum to 1 over the keys a query may see; hidden keys get 0, and a row that sees none is all 0.
         Only the band of keys some row of the tile may see is computed (half the work for a causal model).
@@ -92,10 +93,29 @@ class LayerQK:
         if not whole:
             out[..., :lo] = 0
             out[..., hi:] = 0
-        band = torch.softmax(scores, dim=-1, out=out[..., lo:hi])
-        if self.mask is not None:
-            band.nan_to_num_(0.0)  # a row that sees no key: 0, not NaN
+        n = stop - start
+        step = min(chunk or n, n)
+        # The scores come from one product over every row (the fastest), the softmax a chunk at a time: a visitor
+        # then reads each chunk's weights while they are still in the cache. A chunk is a strided (h, rows, Tk)
+        # view, and a softmax into one copies it: one head at a time, each chunk of a head is contiguous rows.
+        for a in range(0, n, step):
+            b = min(a + step, n)
+            if step == n:
+                torch.softmax(scores, dim=-1, out=out[..., lo:hi])
+            else:
+                for i in range(len(heads)):
+                    torch.softmax(scores[i, a:b], dim=-1, out=out[i, a:b, lo:hi])
+            w = out[:, a:b]
+            if self.mask is not None:
+                w[..., lo:hi].nan_to_num_(0.0)  # a row that sees no key: 0, not NaN
+            self.edit(w, heads, start + a, start + b)
+            if visit is not None:
+                visit(w, start + a)
         return out
+
+    def edit(self, w: torch.Tensor, heads, start: int, stop: int) -> None:
+        """Change the weights ``w`` (h, rows, Tk) of query rows ``start:stop`` in place before anything reads them:
+        nothing here (``attnviz.analysis.interventions.EditedQK`` edits them)."""
 
     def _band(self, start: int, stop: int) -> tuple[int, int]:
         """(lo, hi): the keys some query row of ``start:stop`` may see (causal and window limits)."""
@@ -160,10 +180,12 @@ class LayerQK:
     def _per_head(t: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
         return t if t.shape[0] == 1 else t[heads]
 
-    def output(self, v: torch.Tensor, rows: int | None = None, visit=None, tile=None) -> torch.Tensor:
+    def output(self, v: torch.Tensor, rows: int | None = None, visit=None, tile=None,
+               chunk: int | None = None) -> torch.Tensor:
         """The attention output for values ``v`` (Hkv, Tk, Dv) with these weights, ``rows`` query rows at a time:
-        (H, Tq, Dv). ``visit(w, start)`` sees each tile of weights w (H, rows, Tk) before it is used; ``tile(n)``,
-        when given, is the (H, n, Tk) tensor a tile of n rows is written into."""
+        (H, Tq, Dv). ``visit(w, start)`` sees the weights w (H, ≤ chunk, Tk) of every ``chunk`` rows of a tile (the
+        whole tile when None) as they are made; ``tile(n)``, when given, is the (H, n, Tk) tensor a tile of n rows
+        is written into."""
         H, Tq, Tk = self.shape
         dtype = v.dtype
         v = v[torch.arange(H) // (H // v.shape[0])].float()  # (H, Tk, Dv): values shared as the keys are
@@ -176,9 +198,7 @@ class LayerQK:
         product = torch.empty(H, rows, v.shape[-1])  # (H, rows, Dv)
         for a in range(0, Tq, rows):
             b = min(a + rows, Tq)
-            w = self.weights(heads, a, b, None if tile is None else tile(b - a), scaled)  # (H, rows, Tk)
-            if visit is not None:
-                visit(w, a)
+            w = self.weights(heads, a, b, None if tile is None else tile(b - a), scaled, visit, chunk)  # (H, rows, Tk)
             # A product written straight into this strided slice (out=) took 3.3 ms a 4,096-key tile of 8 heads;
             # a product into a contiguous buffer and its copy take 2.6 + 0.1 ms.
             out[:, a:b] = torch.bmm(w, v, out=product[:, :b - a])  # (H, rows, Dv)

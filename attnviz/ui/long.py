@@ -77,7 +77,7 @@ def _job_mb(model, n: int, tiles: int = SURVEY_TILES) -> float:
     L, H, b = model.n_layers, model.n_heads, block_size(n, DETAIL)
     nb = -(-n // b)
     survey_bytes = L * (4 * (2 * H + 1) * nb * nb + 4 * H * n + 8 * H * (2 * n + 1))
-    return footprint.trace_mb(model, n) + (2 * survey_bytes + survey_tile(H, n, b, tiles)[1]) / 2**20
+    return footprint.trace_mb(model, n) + (2 * survey_bytes + survey_tile(H, n, b, tiles)[2]) / 2**20
 
 
 def _tiles(model, n: int) -> int:
