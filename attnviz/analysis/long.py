@@ -19,15 +19,15 @@ from ..core.tokens import clean, word_spans
 from ..capture.record import reducing
 from ..core.weights import Weights, block_counts, block_reduce, rows_per_tile
 
-# A forward's survey tiles hold this many TILE_FLOATS (64 MB of weights at 4 M): each tile costs ~20 two-thread
-# operations, and with a browser or another process on the same two cores each of them waits for its slower thread.
+# A forward's survey tiles hold this many TILE_FLOATS (64 MB of weights at 4 M): fewer, larger products, and with a
+# browser or another process on the same two cores each two-thread operation waits for its slower thread.
 # A 4,096-token forward of builtin:seed beside a busy process took 22 s with 4 M-float tiles, 13.6 s with 16 M
 # (bare forward 7.2 s); on a quiet machine, one thread, they cost the same (bench/long_page.py).
 SURVEY_TILES = 4
 # Its weights are made and surveyed a chunk of 1/CHUNKS TILE_FLOATS at a time (8 MB at 4 M): the softmax writes a
 # chunk and the survey's reductions read it again while it is still in the cache, where a whole tile's passes each
-# went back to memory (a 4,096-token layer of builtin:seed: 0.43 s with the survey read per 64 MB tile, 0.33 s per
-# 8 MB chunk, 0.26 s for its attention alone; bench/RESULTS.md).
+# went back to memory (a 4,096-token layer of 8 heads: 0.43 s with the survey read per 64 MB tile, 0.33 s per 8 MB
+# chunk, 0.26 s for its attention alone; bench/RESULTS.md, round 13).
 CHUNKS = 2
 SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the first token is flagged a sink
 
