@@ -105,7 +105,7 @@ class _Scratch:
     """What the survey's reductions of one chunk (H, rows, T) are written into, from the survey's arena."""
 
     def __init__(self, H: int, rows: int, T: int, b: int, arena: _Arena):
-        nr = -(-rows // b)  # row blocks of a tile
+        nr = -(-rows // b)  # row blocks of a chunk
         if b > 1:  # blocks of one row are the tile itself
             self.rmax, self.rsum = arena.take("rmax", (H, nr, T)), arena.take("rsum", (H, nr, T))
         self.block_ones = arena.take("block_ones", (H, 1, nr), fill=1.0)
