@@ -141,7 +141,7 @@ class LayerQK:
             q = (self.q[:, start:stop] if every else self.q[heads, start:stop]).float() * self.scaling  # (h, rows, Dh)
         if every and self.k.shape[0] == H:
             k = self.k[:, lo:hi]
-        elif len(heads) == 1:  # one head's keys: a view (a copy of them for every tile took 15% of a head's read)
+        elif len(heads) == 1:  # one head's keys: a view (copied per tile, 122 ms of a 0.8 s 16,384-token head)
             kh = int(self.key_heads(heads)[0])
             k = self.k[kh:kh + 1, lo:hi]
         else:
