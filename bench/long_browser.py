@@ -14,7 +14,10 @@
 Run: ``python bench/long_browser.py``. Writes bench/out/long_browser.json. Needs Debian's chromium and npm (see
 bench/browser.py). BENCH_QUICK=1 runs each small length once; BENCH_LONG=4096 limits the long lengths;
 BENCH_ROUNDS=3 runs each long length three times (medians, and each run, in the JSON); BENCH_SMALL_ROUNDS=9 runs the
-small lengths nine times instead of three.
+small lengths nine times instead of three. BENCH_WARM_MB=600, a diagnosis and never the verdict's run: this process
+touches and frees that many MB right before each long submit, so the server and the browser find memory the host
+still backs (this VM hands memory idle for a few seconds back to its host, and faulting it in again costs ~1.1 ms a
+MB: bench/cold_memory.py).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ WINDOW = 256
 LONG_POLL_MS = 50
 SERVER_ENV = {"ATTNVIZ_MAX_TOKENS": "16384", "ATTNVIZ_MAX_CHARS": "200000"}
 WARM = 300  # tokens of the text a long view's tab opens with (the Attention page pools a text over CELLS tokens)
+WARM_MB = int(os.environ.get("BENCH_WARM_MB", "0"))  # memory touched right before a long submit (a diagnosis)
 
 # The image a chart on the Attention page's long view draws (the mosaic is a go.Image, the heatmaps draw one image each).
 IMAGE = """(key) => {
@@ -223,6 +227,8 @@ def long_one(browser, tok, n: int) -> dict:
         page.wait_for_timeout(500)
         before = hwm(proc.pid)
         text = text_of(tok, n)
+        if WARM_MB:
+            touch(WARM_MB)
         sent.n = 0
         out = submit_long(page, box, text, LONG_TIMEOUT_MS, polling=LONG_POLL_MS)
         out["drawn_bytes"] = sent.n  # what had come when the overview and detail were drawn
@@ -261,6 +267,14 @@ def long_one(browser, tok, n: int) -> dict:
           f"{out['forward_s']:.1f} s, zoom {out['zoom_s']:.2f} s, page {mb(out['page_bytes'])} MB, "
           f"peak RSS {mb(out['peak_rss'])} MB", file=sys.stderr)
     return out
+
+
+def touch(mb: int) -> None:
+    """Make, fill and free ``mb`` MB of 8 MB tensors: memory the host backs again, free for the next process."""
+    import torch
+
+    xs = [torch.empty(8 * 2**20 // 4).fill_(1.0) for _ in range(mb // 8)]
+    del xs
 
 
 def bare_forward(tok, n: int) -> dict:
@@ -306,7 +320,7 @@ def run() -> dict:
         raise SystemExit("this benchmark needs Debian's chromium: apt-get install chromium")
     OUT.mkdir(parents=True, exist_ok=True)
     tok = tokenizer()
-    result = {"conditions": conditions()}
+    result = {"conditions": conditions(), "warm_mb": WARM_MB}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -345,7 +359,8 @@ def report(result: dict) -> str:
         rows.append([f"{int(n):,}", f"{r['overview_s']:.2f}", f"{r['detail_s']:.2f}", f"{r['forward_s']:.2f}",
                      f"{1.5 * r['forward_s'] + 1:.2f}", mb(r["page_bytes"]), f"{r['zoom_s']:.2f}",
                      mb(r["zoom_bytes"]), mb(r["peak_rss"]), mb(r["eager_bytes"]), r["load_avg_1m"]])
-    out += table("Attention page past 256 tokens, builtin:seed, fresh server per length (s; MB)",
+    warmed = f"; {result['warm_mb']} MB touched right before each submit (a diagnosis)" if result.get("warm_mb") else ""
+    out += table(f"Attention page past 256 tokens, builtin:seed, fresh server per length (s; MB{warmed})",
                  ["tokens", "overview drawn", "overview + detail drawn", "bare forward", "1.5× forward + 1 s",
                   "websocket bytes", "zoom to 256 drawn", "zoom bytes", "server peak RSS", "HF eager would hold",
                   "load 1m"], rows)
