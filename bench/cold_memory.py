@@ -19,7 +19,6 @@ Run: ``python bench/cold_memory.py`` (BENCH_QUICK=1: fewer rounds). Writes bench
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from common import builtin_bare, conditions, quick, save, table, text_of, tokenizer
+from common import builtin_bare, conditions, quick, save, table, text_of, tokenizer, touch
 
 import attnviz
 from attnviz.analysis import long
@@ -42,15 +41,6 @@ N = 4096
 TOUCH_MB = 300
 PAUSE_S = 6.0  # the kernel reports free memory to the host 2 s after it is freed
 DETAIL = 256  # attnviz.ui.long.DETAIL (not imported: that module imports streamlit)
-
-
-def touch(mb: int) -> float:
-    """Seconds to make and fill ``mb`` MB of 8 MB tensors (freed after)."""
-    t = time.perf_counter()
-    xs = [torch.empty(8 * 2**20 // 4).fill_(1.0) for _ in range(mb // 8)]
-    seconds = time.perf_counter() - t
-    del xs
-    return seconds
 
 
 def alternate(fn, rounds: int) -> dict:

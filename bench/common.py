@@ -90,6 +90,18 @@ def builtin_bare(net):
     return run
 
 
+def touch(mb: int) -> float:
+    """Seconds to make and fill ``mb`` MB of 8 MB tensors, freed after: memory the host backs again, free for the
+    next allocation of any process for a moment (bench/cold_memory.py)."""
+    import torch
+
+    t = time.perf_counter()
+    xs = [torch.empty(8 * 2**20 // 4).fill_(1.0) for _ in range(mb // 8)]
+    seconds = time.perf_counter() - t
+    del xs
+    return seconds
+
+
 def timeit(fn, repeat: int, warmup: int = 1) -> dict:
     """Median (and min, max) wall seconds of ``fn()`` over ``repeat`` runs after ``warmup`` runs."""
     return compare({"fn": fn}, repeat, warmup)["fn"]

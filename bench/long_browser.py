@@ -33,7 +33,7 @@ from urllib.parse import quote
 from browser import CHROMIUM, CHROMIUM_ARGS, PAINTED, TIMEOUT_MS, VIEWPORT, bertviz_js, serve_cdn, start_server
 from browser import submit as submit_attention
 from browser import OVERVIEW_READY as ATTENTION_READY
-from common import LENGTHS, MB, OUT, builtin_bare, conditions, mb, ms, quick, save, table, text_of, tokenizer
+from common import LENGTHS, MB, OUT, builtin_bare, conditions, mb, ms, quick, save, table, text_of, tokenizer, touch
 from payload import HTML_PAGE
 
 from attnviz.ui.long import CELLS
@@ -267,14 +267,6 @@ def long_one(browser, tok, n: int) -> dict:
           f"{out['forward_s']:.1f} s, zoom {out['zoom_s']:.2f} s, page {mb(out['page_bytes'])} MB, "
           f"peak RSS {mb(out['peak_rss'])} MB", file=sys.stderr)
     return out
-
-
-def touch(mb: int) -> None:
-    """Make, fill and free ``mb`` MB of 8 MB tensors: memory the host backs again, free for the next process."""
-    import torch
-
-    xs = [torch.empty(8 * 2**20 // 4).fill_(1.0) for _ in range(mb // 8)]
-    del xs
 
 
 def bare_forward(tok, n: int) -> dict:
