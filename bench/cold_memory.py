@@ -27,20 +27,16 @@ from pathlib import Path
 
 import torch
 
-from common import builtin_bare, conditions, quick, save, table, text_of, tokenizer, touch
+from common import DETAIL, app_malloc, builtin_bare, conditions, quick, save, table, text_of, tokenizer, touch
 
 import attnviz
 from attnviz.analysis import long
-from attnviz.ui import collect
 
-libc = collect._libc()
-if libc is not None:
-    libc.mallopt(collect.M_MMAP_THRESHOLD, collect.MMAP_THRESHOLD)  # as the app's server (collect.start)
+app_malloc()
 
 N = 4096
 TOUCH_MB = 300
 PAUSE_S = 6.0  # the kernel reports free memory to the host 2 s after it is freed
-DETAIL = 256  # attnviz.ui.long.DETAIL (not imported: that module imports streamlit)
 
 
 def alternate(fn, rounds: int) -> dict:

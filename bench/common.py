@@ -90,15 +90,33 @@ def builtin_bare(net):
     return run
 
 
+DETAIL = 256  # attnviz.ui.long.DETAIL, the long view's blocks a side (not imported: that module imports streamlit)
+
+
+def app_malloc() -> None:
+    """Allocate as the app's server does: glibc's mmap threshold held at 64 KiB (``attnviz.ui.collect.start``), so
+    every block above it is fresh memory, handed back when freed."""
+    from attnviz.ui import collect  # glibc's setting only: collect imports no streamlit
+
+    libc = collect._libc()
+    if libc is not None:
+        libc.mallopt(collect.M_MMAP_THRESHOLD, collect.MMAP_THRESHOLD)
+
+
 def touch(mb: int) -> float:
-    """Seconds to make and fill ``mb`` MB of 8 MB tensors, freed after: memory the host backs again, free for the
-    next allocation of any process for a moment (bench/cold_memory.py)."""
+    """Seconds to make and fill ``mb`` MB of 8 MB tensors, freed and handed back to the system after: memory the
+    host backs again, free for the next allocation of any process for a moment (bench/cold_memory.py)."""
     import torch
+
+    from attnviz.ui import collect
 
     t = time.perf_counter()
     xs = [torch.empty(8 * 2**20 // 4).fill_(1.0) for _ in range(mb // 8)]
     seconds = time.perf_counter() - t
     del xs
+    libc = collect._libc()
+    if libc is not None:  # under glibc's own threshold freed blocks may stay in this process's heap
+        libc.malloc_trim(0)
     return seconds
 
 

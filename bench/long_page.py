@@ -27,21 +27,16 @@ import time
 
 import torch
 
-from common import builtin_bare, conditions, save, table, text_of, tokenizer
+from common import DETAIL, app_malloc, builtin_bare, conditions, save, table, text_of, tokenizer
 
 import attnviz
 from attnviz.analysis import long
 from attnviz.backends.common import encode
 from attnviz.figures import long as figs
 
-DETAIL = 256  # attnviz.ui.long.DETAIL (not imported: that module imports streamlit)
 APP_MALLOC = os.environ.get("BENCH_MALLOC", "app") != "default"
 if APP_MALLOC:
-    from attnviz.ui import collect  # glibc's setting only: collect imports no streamlit
-
-    libc = collect._libc()
-    if libc is not None:
-        libc.mallopt(collect.M_MMAP_THRESHOLD, collect.MMAP_THRESHOLD)
+    app_malloc()
 
 
 def page(model, text: str, n: int) -> dict:
