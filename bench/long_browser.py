@@ -53,38 +53,30 @@ IMAGE = """(key) => {
   const img = c && c.querySelector('.js-plotly-plot image');
   return img ? (img.getAttribute('href') || img.getAttribute('xlink:href')) : null;
 }"""
+# Whether chart ``key`` is no longer stale and draws an image other than ``old``: the one test DRAWN and WATCH make.
+NEW_IMAGE = f"""(key, old) => {{
+  const c = document.querySelector('.st-key-' + key);
+  const href = c && !c.closest('[data-stale="true"]') && ({IMAGE})(key);
+  return !!href && href !== old;
+}}"""
 # performance.now() once every chart in ``keys`` draws an image other than its old one and is no longer stale.
-DRAWN = """([keys, old]) => {
-  for (let i = 0; i < keys.length; i++) {
-    const c = document.querySelector('.st-key-' + keys[i]);
-    if (!c || c.closest('[data-stale="true"]')) return false;
-    const img = c.querySelector('.js-plotly-plot image');
-    const href = img && (img.getAttribute('href') || img.getAttribute('xlink:href'));
-    if (!href || href === old[i]) return false;
-  }
-  return performance.now();
-}"""
+DRAWN = f"""([keys, old]) => keys.every((key, i) => ({NEW_IMAGE})(key, old[i])) && performance.now()"""
 # A submit's clock, kept by the page: for each chart in ``keys``, the animation frame that first draws an image other
 # than its old one, no longer stale (``drawn``), and the frame after it (``painted``), noted by a MutationObserver.
 # Polling the page instead cost the page what it measured: every 50 ms, a poll took CPU from the server on this
 # 2-core machine and saw a chart only when it ran, behind the drawing of the sections below (up to 0.2 s late);
 # every frame, it kept the page drawing ~60 frames a second through the forward.
-WATCH = """([keys, old]) => {
+WATCH = f"""([keys, old]) => {{
   if (window.__watch) window.__watch.disconnect();
-  const drawn = window.__drawn = {}, painted = window.__painted = {};
-  const check = () => keys.forEach((key, i) => {
-    if (key in drawn) return;
-    const c = document.querySelector('.st-key-' + key);
-    if (!c || c.closest('[data-stale="true"]')) return;
-    const img = c.querySelector('.js-plotly-plot image');
-    const href = img && (img.getAttribute('href') || img.getAttribute('xlink:href'));
-    if (!href || href === old[i]) return;
+  const drawn = window.__drawn = {{}}, painted = window.__painted = {{}}, isNew = {NEW_IMAGE};
+  const check = () => keys.forEach((key, i) => {{
+    if (key in drawn || !isNew(key, old[i])) return;
     drawn[key] = null;
-    requestAnimationFrame(t => { drawn[key] = t; requestAnimationFrame(u => { painted[key] = u; }); });
-  });
+    requestAnimationFrame(t => {{ drawn[key] = t; requestAnimationFrame(u => {{ painted[key] = u; }}); }});
+  }});
   window.__watch = new MutationObserver(check);
-  window.__watch.observe(document, {subtree: true, childList: true, attributes: true});
-}"""
+  window.__watch.observe(document, {{subtree: true, childList: true, attributes: true}});
+}}"""
 # [drawn, painted] of each chart in ``keys`` once every one is painted, else false.
 SEEN = """(keys) => keys.every(k => k in window.__painted) && [keys.map(k => window.__drawn[k]), keys.map(k => window.__painted[k])]"""
 # performance.now() once the exact window starts at ``start``, has ``n`` tokens and is no longer stale.
