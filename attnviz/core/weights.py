@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .. import settings
 
@@ -25,6 +26,16 @@ def soft_capped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
     """``scores`` as softcap · tanh(scores / softcap), in place (Gemma 2's logits); as they are when ``softcap`` is
     None."""
     return scores if softcap is None else torch.tanh(scores.div_(softcap)).mul_(softcap)
+
+
+def softmax_into(scores: torch.Tensor, out: torch.Tensor) -> None:
+    """The softmax of ``scores`` over its last axis, written into ``out``, which may be ``scores`` itself.
+    ``torch._softmax`` where it can: ``torch.softmax(out=)`` took ~35 µs more a call, 0.1 s over the 3,072 chunks a
+    4,096-token forward of builtin:seed reads (bench/RESULTS.md, round 17)."""
+    if out.is_contiguous():
+        torch._softmax(scores, -1, False, out=out)
+    else:  # _softmax writes a strided ``out`` as if it were contiguous
+        torch.softmax(scores, -1, out=out)
 
 
 def hidden_keys(p: torch.Tensor, j: torch.Tensor, causal, window, n=None) -> torch.Tensor | None:
@@ -101,10 +112,10 @@ class LayerQK:
         for a in range(0, n, step):
             b = min(a + step, n)
             if step == n:
-                torch.softmax(scores, dim=-1, out=out[..., lo:hi])
+                softmax_into(scores, out[..., lo:hi])
             else:
                 for i in range(len(heads)):
-                    torch.softmax(scores[i, a:b], dim=-1, out=out[i, a:b, lo:hi])
+                    softmax_into(scores[i, a:b], out[i, a:b, lo:hi])
             w = out[:, a:b]
             if self.mask is not None:
                 w[..., lo:hi].nan_to_num_(0.0)  # a row that sees no key: 0, not NaN
@@ -199,7 +210,9 @@ class LayerQK:
         if v.shape[0] != H:
             v = v[torch.arange(H) // (H // v.shape[0])]
         v = v.float()  # (H, Tk, Dv)
-        out = torch.empty(H, Tq, v.shape[-1])
+        # Each query's heads side by side in memory, as every caller lays them out next (builtin and Hugging Face
+        # models alike): their transpose is then a view, not a copy (5 ms a 4,096-token layer of builtin:seed).
+        out = torch.empty(Tq, H, v.shape[-1]).transpose(0, 1)  # (H, Tq, Dv)
         rows = min(rows or rows_per_tile(H, Tk), Tq)
         heads = list(range(H))
         # Made once, not per tile: under the app's 64 KiB mmap threshold (attnviz.ui.collect) each fresh 256 KB
@@ -306,9 +319,14 @@ def block_reduce(x: torch.Tensor, b, dim: int, how: str | None = None, out: torc
 
 def _block_reduce_into(x: torch.Tensor, b: int, dim: int, how: str, out: torch.Tensor) -> torch.Tensor:
     """``block_reduce(x, b, dim, how)`` written into ``out``: the full blocks (a view, (…, full, b, …)), then a
-    shorter last one."""
-    op = {"max": torch.amax, "min": torch.amin, "sum": torch.sum}[how]
+    shorter last one. A max over blocks of the last, contiguous axis is max_pool1d's (a shorter last block is its
+    ceil_mode window): ``amax`` over the view's inner axis of b took 4× as long (86 against 21 µs for a chunk's
+    (8, 4, 4,096) row blocks, one in five of a long forward's survey)."""
     n = x.shape[dim]
+    if how == "max" and b > 1 and dim == x.ndim - 1 and x.stride(dim) == 1 and x.is_floating_point():
+        pooled = F.max_pool1d(x.reshape(-1, 1, n), b, ceil_mode=True)  # (…, 1, blocks)
+        return out.copy_(pooled.view(out.shape))
+    op = {"max": torch.amax, "min": torch.amin, "sum": torch.sum}[how]
     full = n // b
     if full:
         op(x.narrow(dim, 0, full * b).unflatten(dim, (full, b)), dim + 1, out=out.narrow(dim, 0, full))
