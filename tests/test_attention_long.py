@@ -16,6 +16,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 from streamlit.testing.v1 import AppTest
 
 from attnviz.analysis.long import top_keys
+from attnviz.ui.long import FOCUS
 from helpers import decode, ok, open_page
 
 N = 8192
@@ -168,6 +169,15 @@ def test_a_box_dragged_on_the_block_map_zooms_to_its_tokens(head):
     assert (at.number_input(key="zoom_start").value, at.number_input(key="zoom_size").value) == (1000, 181)
     window = charts(at)["long_window"]["data"][0]
     np.testing.assert_allclose(decode(window["z"]), head[1000:1181, 1000:1181], rtol=1e-6, atol=1e-9)
+
+
+def test_the_reach_opens_on_the_token_whose_column_the_forward_kept(zoomed, head):
+    """The reach opens on token FOCUS: its column comes from the survey, read during the forward (no pass over the
+    layer's heads after it), and carries the head's own exact weights, as its row does."""
+    reach = charts(zoomed)["long_reach"]
+    assert reach["layout"]["title"]["text"].endswith(f"at {FOCUS:,}")
+    np.testing.assert_allclose(decode(reach["data"][0]["y"]), head[FOCUS], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(decode(reach["data"][1]["y"]), head[:, FOCUS], rtol=1e-6, atol=1e-9)
 
 
 def test_a_tokens_reach_finds_the_rare_word_and_shows_its_row_and_column(zoomed, rare, head):

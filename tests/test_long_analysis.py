@@ -40,7 +40,7 @@ def blocks_ref(a: np.ndarray, b: int, how) -> np.ndarray:
 def test_the_survey_equals_dense_references(trace, small_tiles, overview, detail):
     A = trace.attentions  # (L, H, T, T), 182 tokens
     T = trace.n_tokens
-    s = long.survey(trace.weights, overview, detail)
+    s = long.survey(trace.weights, overview, detail, keys=(0, 1, T - 1, T + 5))
     b = long.block_size(T, detail)
     assert s.block("detail") == b and s.starts["detail"].tolist() == list(range(0, T, b))
     np.testing.assert_allclose(s.pooled("detail", "max"), blocks_ref(A, b, np.max), rtol=1e-6)
@@ -58,6 +58,9 @@ def test_the_survey_equals_dense_references(trace, small_tiles, overview, detail
         ref[..., i] = A[..., bins == i].sum(-1)
     np.testing.assert_allclose(s.distance, ref / ref.sum(-1, keepdims=True), atol=1e-6)
     assert long.distance_labels(s.edges)[:4] == ["0", "1", "2–3", "4–7"]
+    assert sorted(s.columns) == [0, 1, T - 1]  # a key past the text keeps nothing
+    for k, kept in s.columns.items():
+        np.testing.assert_allclose(kept, A[..., k], rtol=1e-6, atol=1e-9)
 
 
 def assert_same_survey(got, want, rtol):
@@ -67,6 +70,9 @@ def assert_same_survey(got, want, rtol):
     np.testing.assert_allclose(got.layer_max, want.layer_max, rtol=rtol, atol=1e-7)
     np.testing.assert_allclose(got.received, want.received, rtol=rtol, atol=1e-6)
     np.testing.assert_allclose(got.distance, want.distance, rtol=rtol, atol=1e-7)
+    assert got.columns.keys() == want.columns.keys()
+    for k in got.columns:
+        np.testing.assert_allclose(got.columns[k], want.columns[k], rtol=rtol, atol=1e-7)
 
 
 @pytest.mark.parametrize("key", ["builtin:seed", "builtin:lm", "gpt2", "gemma2", "bart"])
@@ -79,11 +85,15 @@ def test_a_survey_read_during_the_forward_equals_one_read_after_it(key, small_ti
     model = attnviz.load(key) if key.startswith("builtin:") else tiny_backend(key)
     text = TEXT if key != "builtin:lm" else "A B C D E F A B C D E F G H " * 4
     plain = model.trace(text)
-    with reducing(long.Reducer(7)) as reducer:
+    with reducing(long.Reducer(7, keys=(1, 5))) as reducer:
         read = model.trace(text)
     stack, plain_stack = read.stack(None), plain.stack(None)
     assert reducer.complete(stack.weights.shape) and len(reducer.layers) == stack.weights.shape[0]
-    assert_same_survey(reducer.result(5), long.survey(stack.weights, 5, 7), rtol=1e-5)
+    assert_same_survey(reducer.result(5), long.survey(stack.weights, 5, 7, keys=(1, 5)), rtol=1e-5)
+    L, H = stack.weights.shape[:2]
+    for k, kept in reducer.result(5).columns.items():  # (L, H, Tq): kept during the forward, as the trace reads it
+        want = np.stack([[stack.weights.column(layer, h, k) for h in range(H)] for layer in range(L)])
+        np.testing.assert_allclose(kept, want, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(stack.weights.dense(), plain_stack.weights.dense(), atol=1e-5)
     np.testing.assert_allclose(stack.queries.hidden_states, plain_stack.queries.hidden_states, rtol=1e-5, atol=1e-4)
 
@@ -114,7 +124,8 @@ def test_a_model_held_eager_hands_nothing_over_and_the_page_surveys_it_after(tin
     assert trace.capture == "eager" and reducer.layers == [] and not reducer.complete(trace.weights.shape)
     page._SURVEYS[trace.stack(None).weights] = page._Survey(reducer, {})  # the pairing long_trace makes
     got = page.cached_survey(trace.stack(None), 5)
-    assert_same_survey(got, long.survey(trace.weights, 5, page.DETAIL), rtol=1e-6)
+    assert_same_survey(got, long.survey(trace.weights, 5, page.DETAIL, keys=(page.FOCUS,)), rtol=1e-6)
+    assert list(got.columns) == [page.FOCUS]  # the column the reach opens on, read in the same pass
 
 
 def test_columns_windows_and_rows_are_exact(trace, small_tiles):

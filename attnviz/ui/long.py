@@ -29,6 +29,7 @@ from attnviz.ui.share import linked_number, plain
 
 
 DETAIL = 256  # blocks a side of a head at block resolution
+FOCUS = 1  # the token a long text's reach opens on: the survey keeps its column, read during the forward
 BAR_AFTER_S = 0.3  # a progress bar shows once the forward has run this long (a bar that comes and goes delays the page)
 BAR_EVERY_S = 2.5  # and moves at most this often: each move re-renders the page, and a browser on the server's
 # machine (the benchmarks, a laptop demo) takes CPU from the forward (a bar moved per tile doubled a 4,096-token
@@ -72,11 +73,11 @@ class _Survey(NamedTuple):
 
 def _job_mb(model, n: int, tiles: int = SURVEY_TILES) -> float:
     """MB a long forward of ``n`` tokens and its page hold: the trace, its survey (pooled maps of DETAIL blocks a
-    side, what each key receives, the distance profile) twice (as read, and as the page's arrays) and one survey tile
-    of ``tiles`` TILE_FLOATS with the buffers its reductions are written into."""
+    side, what each key receives, the distance profile, the FOCUS column) twice (as read, and as the page's arrays)
+    and one survey tile of ``tiles`` TILE_FLOATS with the buffers its reductions are written into."""
     L, H, b = model.n_layers, model.n_heads, block_size(n, DETAIL)
     nb = -(-n // b)
-    survey_bytes = L * (4 * (2 * H + 1) * nb * nb + 4 * H * n + 8 * H * (2 * n + 1))
+    survey_bytes = L * (4 * (2 * H + 1) * nb * nb + 2 * 4 * H * n + 8 * H * (2 * n + 1))
     return footprint.trace_mb(model, n) + (2 * survey_bytes + survey_tile(H, n, b, tiles)[2]) / 2**20
 
 
@@ -162,7 +163,7 @@ def long_trace(key: str, text: str, limit: int):
     bar = _Bar("Running the model and reading all its heads…", "forward")
     tiles = _tiles(model, n)
     with jobs.for_tokens(n, partial(_job_mb, model, tiles=tiles)):
-        trace, reducer = traced(model, text, limit, DETAIL, bar, tiles)
+        trace, reducer = traced(model, text, limit, DETAIL, bar, tiles, keys=(FOCUS,))
     bar.done()
     reducer.progress = None  # the bar is this run's: a shared survey must not keep it
     paired = _Survey(reducer, {})
@@ -193,7 +194,7 @@ def cached_survey(stack, overview: int) -> Survey:
         else:
             L, H = stack.weights.shape[:2]
             bar = _Bar(f"Reading all {L * H} heads, tile by tile…", "survey")
-            entry.surveys[overview] = survey(stack.weights, overview, DETAIL, progress=bar)
+            entry.surveys[overview] = survey(stack.weights, overview, DETAIL, progress=bar, keys=(FOCUS,))
             bar.done()
     return entry.surveys[overview]
 
@@ -320,9 +321,11 @@ def explore(f) -> None:
                 st.session_state["token"] = hits[0]
         else:
             c2.caption(f"No word reads {plain(word)!s}.")
-    focus = int(linked_number(c1, "Token position", 0, T - 1, "token", **initial("token", min(1, T - 1))))
+    focus = int(linked_number(c1, "Token position", 0, T - 1, "token", **initial("token", min(FOCUS, T - 1))))
     side = stack.name if stack.name != "self" else None
-    row, col = f.trace.row(layer, head, focus, side), f.trace.column(layer, head, focus, side)  # (Tk,), (Tq,)
+    row, kept = f.trace.row(layer, head, focus, side), surveyed.columns.get(focus)  # (Tk,), (L, H, Tq) or None
+    col = f.trace.column(layer, head, focus, side) if kept is None else \
+        kept[layer].mean(0) if head is None else kept[layer, head]  # (Tq,)
     st.plotly_chart(figs.reach_lines(row, col, focus, clean(tokens[focus]), name), key="long_reach",
                     on_select=follow_point, selection_mode="points")
     direction = st.radio("Shade the text by", ["what it attends to", "what attends to it"], key="reach_dir",
