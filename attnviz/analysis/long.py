@@ -1,7 +1,7 @@
-"""Long-text analyses, tile by tile: one pass over every head gives pooled maps, what each key receives and
-how weight falls off with distance (a survey: read after a forward, or during it with ``traced``, where each
-weight is computed once for the attention output and the survey alike); a token's column; a window's exact
-weights.
+"""Long-text analyses, tile by tile: one pass over every head gives pooled maps, what each key receives, how
+weight falls off with distance and the columns of the keys a view opens on (a survey: read after a forward, or
+during it with ``traced``, where each weight is computed once for the attention output and the survey alike); a
+token's column; a window's exact weights.
 
 Nothing here holds more than one tile of weights (``Weights.rows_per_tile``; a forward's survey: ``survey_tile``) at
 once, so a 16,384-token text costs one pass over its heads, never L·H·T² floats. Shapes use the legend in
