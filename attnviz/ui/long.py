@@ -322,10 +322,9 @@ def explore(f) -> None:
         else:
             c2.caption(f"No word reads {plain(word)!s}.")
     focus = int(linked_number(c1, "Token position", 0, T - 1, "token", **initial("token", min(FOCUS, T - 1))))
-    side = stack.name if stack.name != "self" else None
+    side, heads = stack.name if stack.name != "self" else None, stack.weights.heads(head)  # the heads a view reads
     row, kept = f.trace.row(layer, head, focus, side), surveyed.columns.get(focus)  # (Tk,), (L, H, Tq) or None
-    col = f.trace.column(layer, head, focus, side) if kept is None else \
-        kept[layer].mean(0) if head is None else kept[layer, head]  # (Tq,)
+    col = f.trace.column(layer, head, focus, side) if kept is None else kept[layer, heads].mean(0)  # (Tq,)
     st.plotly_chart(figs.reach_lines(row, col, focus, clean(tokens[focus]), name), key="long_reach",
                     on_select=follow_point, selection_mode="points")
     direction = st.radio("Shade the text by", ["what it attends to", "what attends to it"], key="reach_dir",
@@ -352,7 +351,7 @@ def explore(f) -> None:
     if delim.any():
         st.plotly_chart(figs.sink_grid(analysis.long.delimiter_share(surveyed, delim), analysis.long.SINK_SHARE,
                                        "delimiters (punctuation and special tokens)"), key="long_delims")
-    received = surveyed.received[layer].mean(0) if head is None else surveyed.received[layer, head]  # (Tk,)
+    received = surveyed.received[layer, heads].mean(0)  # (Tk,)
     st.plotly_chart(figs.received_line(received, T, name), key="long_received")
 
     st.subheader("Distance profile")
