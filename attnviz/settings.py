@@ -194,6 +194,12 @@ def max_trace_mb() -> float:
     return _number("ATTNVIZ_MAX_TRACE_MB", 6144)
 
 
+def warm_mb() -> float:
+    """ATTNVIZ_WARM_MB: memory the server keeps touched while idle and hands back right before a heavy forward, whose
+    allocations then find pages the host still backs (ui/collect.py); 0: none."""
+    return _number("ATTNVIZ_WARM_MB", 512, zero=True)
+
+
 def gc_every_s() -> float:
     """ATTNVIZ_GC_EVERY_S: how often the app collects cyclic garbage (a finished page run's variables)."""
     return _number("ATTNVIZ_GC_EVERY_S", 10)

@@ -6,6 +6,7 @@ keys, never traces, so memory stays within the caches' bounds however many tabs 
 they close; so do the server's threads.
 """
 
+import os
 import random
 import threading
 import time
@@ -143,6 +144,69 @@ def test_tabs_keep_no_traces_and_memory_and_threads_come_back(server, capsys):
     assert open_mb < base + bound, (base, open_mb)
     assert after < base + 150, (base, after)
     assert threads_after <= threads_before + 3, (threads_before, threads_open, threads_after)
+
+
+def own_rss_mb() -> float:
+    return rss_mb(os.getpid())
+
+
+def wait_for(check, timeout: float = 30.0) -> float:
+    """Seconds until ``check()`` holds (polled every 10 ms); a TimeoutError after ``timeout``."""
+    start = time.perf_counter()
+    while not check():
+        if time.perf_counter() - start > timeout:
+            raise TimeoutError(check)
+        time.sleep(0.01)
+    return time.perf_counter() - start
+
+
+def test_a_heavy_forward_takes_the_warm_reserve_and_the_server_touches_it_again_after(monkeypatch):
+    """The reserve is memory really touched (the process's RSS holds it), handed back before a heavy job that
+    declares its memory runs (RSS falls by it inside the job), and touched again once the job has ended with the line
+    idle, after its page has had REFILL_AFTER_S to draw; a job that declares no memory leaves it alone, and one that
+    was stopped touches nothing after it."""
+    from attnviz.ui import collect, jobs
+
+    monkeypatch.setenv("ATTNVIZ_WARM_MB", "96")
+    monkeypatch.setenv("ATTNVIZ_HEAVY_TOKENS", "64")
+    collect.release()  # whatever an earlier page's server start filled
+    bare = own_rss_mb()
+    collect.refill(0)
+    wait_for(lambda: collect.reserved_mb() == 96)
+    warm = own_rss_mb()
+    assert warm - bare > 90, (bare, warm)  # touched, not only mapped
+    with jobs.slot("Training"):  # no memory declared: the reserve stays
+        assert collect.reserved_mb() == 96
+    with jobs.for_tokens(200, lambda n: 50.0):
+        inside = (collect.reserved_mb(), own_rss_mb())
+    ended = time.perf_counter()
+    assert inside[0] == 0 and warm - inside[1] > 90, (warm, inside)
+    wait_for(lambda: collect.reserved_mb() == 96)
+    assert time.perf_counter() - ended >= collect.REFILL_AFTER_S
+    assert own_rss_mb() - inside[1] > 90
+    with jobs.for_tokens(10, lambda n: 50.0):  # a short text runs beside the line: the reserve stays
+        assert collect.reserved_mb() == 96
+    with pytest.raises(KeyboardInterrupt), jobs.for_tokens(200, lambda n: 50.0):
+        raise KeyboardInterrupt  # a job stopped (Streamlit raises in it for a closed tab): the server stays idle
+    time.sleep(collect.REFILL_AFTER_S + 1)
+    assert collect.reserved_mb() == 0
+    collect.release()
+
+
+def test_a_release_stops_a_fill_under_way_and_no_reserve_is_kept_when_set_to_0(monkeypatch):
+    from attnviz.ui import collect
+
+    collect.release()
+    monkeypatch.setenv("ATTNVIZ_WARM_MB", "0")
+    collect.refill(0)
+    time.sleep(0.5)
+    assert collect.reserved_mb() == 0
+    monkeypatch.setenv("ATTNVIZ_WARM_MB", "4096")  # 128 mappings: the release comes while they are touched
+    collect.refill(0)
+    wait_for(lambda: collect.reserved_mb() > 0)
+    collect.release()
+    time.sleep(0.5)
+    assert collect.reserved_mb() == 0
 
 
 def test_a_survey_keeps_its_trace_when_other_sessions_evict_it(monkeypatch):

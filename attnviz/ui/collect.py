@@ -9,12 +9,22 @@ The objects alive when collection starts (the libraries, the models) are frozen 
 Freed memory goes back to the system too: glibc's malloc raises its threshold for giving large blocks their own
 mapping each time one is freed, after which a freed trace stays in the heap (one 700-token long text left
 +133 MB behind; with the threshold held at 64 KiB, +4 MB), and each pass trims the heap.
+
+Memory handed back can be slow to take again. A virtual machine whose host takes back its free memory (virtio-balloon
+free page reporting, as Firecracker hosts do) faults every page back in through the hypervisor the first time it is
+touched after a pause: on this project's VM, ~1.2–1.7 ms a MB, over a second of a 4,096-token traced forward that
+comes after a pause (3.3–3.7 s with its memory warm, 4.2–5.1 s without; bench/RESULTS.md, round 18). So the server
+keeps a reserve of ATTNVIZ_WARM_MB touched while it is idle, and a heavy job that declares its memory hands it back
+right before it runs (``release``): its allocations take those pages next, while the host still backs them. After
+the last such job the reserve is touched again in the background (``refill``), at the lowest priority.
 """
 
 from __future__ import annotations
 
 import ctypes
 import gc
+import mmap
+import os
 import threading
 import time
 
@@ -22,6 +32,12 @@ from attnviz import settings
 
 _lock = threading.Lock()
 _thread: threading.Thread | None = None
+
+
+WARM_CHUNK = 32 << 20  # bytes per mapping of the reserve: a release checked between two, each handed back whole
+REFILL_AFTER_S = 2.0  # a job's page draws first: the reserve is touched again this long after the job ends
+_reserve: list[mmap.mmap] = []  # the reserve's mappings, touched
+_generation = 0  # bumped by every release: a fill that began before it stops
 
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
@@ -45,7 +61,8 @@ def _loop(libc) -> None:
 
 
 def start() -> None:
-    """Start the collector once per server (every page calls this; only the first call does anything)."""
+    """Start the collector and touch the reserve, once per server (every page calls this; only the first call does
+    anything)."""
     global _thread
     with _lock:
         if _thread is not None:
@@ -57,3 +74,62 @@ def start() -> None:
             libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
         _thread = threading.Thread(target=_loop, args=(libc,), name="attnviz-gc", daemon=True)
         _thread.start()
+    refill(0)
+
+
+def reserved_mb() -> float:
+    """MB of the reserve touched now."""
+    with _lock:
+        return sum(len(m) for m in _reserve) / 2**20
+
+
+def release() -> None:
+    """Hand the reserve back to the system now (a heavy job is about to allocate): a fill under way stops."""
+    global _generation
+    with _lock:
+        _generation += 1
+        maps = _reserve[:]
+        _reserve.clear()
+    for m in maps:
+        m.close()
+
+
+def refill(delay: float = REFILL_AFTER_S) -> None:
+    """Touch the reserve up to ATTNVIZ_WARM_MB again, in a background thread starting ``delay`` seconds from now,
+    unless a ``release`` comes first."""
+    with _lock:
+        generation = _generation
+    threading.Thread(target=_fill, args=(generation, delay), name="attnviz-warm", daemon=True).start()
+
+
+def _fill(generation: int, delay: float) -> None:
+    if not hasattr(mmap, "MADV_HUGEPAGE"):  # not Linux: no reserve (the hosts that take memory back run Linux guests)
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # Linux: this thread only, behind any page
+    except (AttributeError, OSError):
+        pass
+    time.sleep(delay)
+    want = int(settings.warm_mb() * 2**20)
+    while True:
+        with _lock:
+            have = sum(len(m) for m in _reserve)
+            if generation != _generation or have + mmap.PAGESIZE > want:
+                return
+        size = min(WARM_CHUNK, want - have) // mmap.PAGESIZE * mmap.PAGESIZE
+        try:
+            chunk = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        except OSError:  # no memory to spare: no more reserve
+            return
+        # Huge pages, as torch asks for its large tensors (the app sets THP_MEM_ALLOC_ENABLE): a forward's huge pages
+        # are made of these freed whole. A reserve of small pages (MAP_POPULATE) left the next forward as slow as
+        # none: 3.8–4.4 s against 3.25–3.38 s at 4,096 tokens. Each page written, so none is the shared zero page.
+        chunk.madvise(mmap.MADV_HUGEPAGE)
+        chunk[::mmap.PAGESIZE] = bytes(size // mmap.PAGESIZE)
+        with _lock:
+            keep = generation == _generation and sum(len(m) for m in _reserve) + size <= want  # one filler of two
+            if keep:
+                _reserve.append(chunk)
+        if not keep:
+            chunk.close()
+            return

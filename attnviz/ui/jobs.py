@@ -7,7 +7,8 @@ job that cannot fit alone is refused up front with its number. The others wait i
 see their place in line. Waiting touches Streamlit every half second and working calls ``checkpoint()`` at every
 step (a tile of a long forward), so a job that is no longer wanted ends there: a rerun of the same session
 (``runner.fastReruns = false`` hands the running script the rerun) and a closed tab (Streamlit stops a
-disconnected session's script) both raise inside it.
+disconnected session's script) both raise inside it. A job that declares its memory takes the server's warm
+reserve (``collect.release``), touched again once it ends with the line idle (``collect.refill``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import streamlit as st
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_run_yield_check
 
 from attnviz import settings
+from attnviz.ui import collect
 
 _cond = threading.Condition()
 _line: list = []  # tickets of the jobs waiting, first in line first
@@ -131,9 +133,14 @@ def slot(what: str, mb: float = 0.0):
         raise
     if shown is not None:
         shown.empty()
+    if mb:
+        collect.release()  # its allocations take the reserve's warm pages next
     try:
         yield
     finally:
         with _cond:
             _running.remove(ticket)
             _cond.notify_all()
+            idle = not _running and not _line
+    if mb and idle:  # reached when the body ended: a job stopped by a closed tab or a rerun leaves the server idle
+        collect.refill()
