@@ -12,11 +12,12 @@ mapping each time one is freed, after which a freed trace stays in the heap (one
 
 Memory handed back can be slow to take again. A virtual machine whose host takes back its free memory (virtio-balloon
 free page reporting, as Firecracker hosts do) faults every page back in through the hypervisor the first time it is
-touched after a pause: on this project's VM, ~1.2–1.7 ms a MB, over a second of a 4,096-token traced forward that
-comes after a pause (3.3–3.7 s with its memory warm, 4.2–5.1 s without; bench/RESULTS.md, round 18). So the server
-keeps a reserve of ATTNVIZ_WARM_MB touched while it is idle, and a heavy job that declares its memory hands it back
-right before it runs (``release``): its allocations take those pages next, while the host still backs them. After
-the last such job the reserve is touched again in the background (``refill``), at the lowest priority.
+touched after a pause: on this project's VM ~1.2–1.8 ms a MB, up to a second and a half of a 4,096-token traced
+forward that comes after a pause (3.25–3.4 s with 512 MB of huge pages freed just before it, 3.9–5.0 s without;
+bench/RESULTS.md, round 18). So the server keeps a reserve of ATTNVIZ_WARM_MB touched while it is idle, and a heavy
+job that declares its memory hands it back right before it runs (``release``): its allocations take those pages next,
+while the host still backs them. After such a job the reserve is touched again in the background (``refill``), at
+the lowest priority.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def _fill(generation: int, delay: float) -> None:
             return
         # Huge pages, as torch asks for its large tensors (the app sets THP_MEM_ALLOC_ENABLE): a forward's huge pages
         # are made of these freed whole. A reserve of small pages (MAP_POPULATE) left the next forward as slow as
-        # none: 3.8–4.4 s against 3.25–3.38 s at 4,096 tokens. Each page written, so none is the shared zero page.
+        # none: 3.8–4.45 s against 3.25–3.38 s at 4,096 tokens. Each page written, so none is the shared zero page.
         chunk.madvise(mmap.MADV_HUGEPAGE)
         chunk[::mmap.PAGESIZE] = bytes(size // mmap.PAGESIZE)
         with _lock:
