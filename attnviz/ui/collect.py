@@ -81,7 +81,12 @@ def start() -> None:
 def reserved_mb() -> float:
     """MB of the reserve touched now."""
     with _lock:
-        return sum(len(m) for m in _reserve) / 2**20
+        return _reserved() / 2**20
+
+
+def _reserved() -> int:
+    """Bytes of the reserve touched now (under _lock)."""
+    return sum(len(m) for m in _reserve)
 
 
 def release() -> None:
@@ -114,7 +119,7 @@ def _fill(generation: int, delay: float) -> None:
     want = int(settings.warm_mb() * 2**20)
     while True:
         with _lock:
-            have = sum(len(m) for m in _reserve)
+            have = _reserved()
             if generation != _generation or have + mmap.PAGESIZE > want:
                 return
         size = min(WARM_CHUNK, want - have) // mmap.PAGESIZE * mmap.PAGESIZE
@@ -128,7 +133,7 @@ def _fill(generation: int, delay: float) -> None:
         chunk.madvise(mmap.MADV_HUGEPAGE)
         chunk[::mmap.PAGESIZE] = bytes(size // mmap.PAGESIZE)
         with _lock:
-            keep = generation == _generation and sum(len(m) for m in _reserve) + size <= want  # one filler of two
+            keep = generation == _generation and _reserved() + size <= want  # one filler of two
             if keep:
                 _reserve.append(chunk)
         if not keep:
