@@ -153,7 +153,12 @@ def _read_config(folder: Path):
             raw = json.loads((folder / file).read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"{file} in {folder} is not valid JSON: {e}") from None
-        if isinstance(raw, dict) and "auto_map" in raw:
+        except RecursionError:  # json.loads recurses once per nesting level
+            raise ValueError(f"{file} in {folder} nests its JSON too deeply to be a model's settings.") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{file} in {folder} is not a JSON object of settings ({{\"model_type\": …}}), "
+                             "so it is not a Hugging Face model's.")
+        if "auto_map" in raw:
             raise ValueError(
                 f"The model in {folder} needs its own Python code ({file} has an 'auto_map'); "
                 "attnviz never runs code that comes with a model."
