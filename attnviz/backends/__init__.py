@@ -19,9 +19,21 @@ _guard = threading.Lock()  # guards _loading
 _loading: dict[str, list] = {}  # model key -> [its lock, how many threads hold or wait for it]
 
 
+MAX_KEY = 1024  # characters in a model key: past any hub id (96 a part) or folder path a person types
+MAX_PART = 255  # characters between two slashes: longer, and the file system answers OSError (Errno 36)
+KEY_FORMS = "'builtin:minilm', 'hf:<Hugging Face id>' or the path of a model folder"
+
+
 def normalise(key: str) -> str:
-    """The one spelling of a model key that caches use: ``" hf: gpt2 "`` and ``"hf:gpt2"`` are one model."""
+    """The one spelling of a model key that caches use: ``" hf: gpt2 "`` and ``"hf:gpt2"`` are one model.
+
+    A key that cannot name a model (not text, or longer than any name) is refused here, where every key enters."""
+    if key is not None and not isinstance(key, str):
+        raise ValueError(f"A model name is text ({KEY_FORMS}), not {type(key).__name__} {key!r:.40}.")
     key = (key or "").strip()
+    if len(key) > MAX_KEY or any(len(part) > MAX_PART for part in key.split("/")):
+        raise ValueError(f"This model name is {len(key):,} characters long; a model name ({KEY_FORMS}) has at "
+                         f"most {MAX_KEY:,} characters, and at most {MAX_PART} between two slashes.")
     return "hf:" + key[3:].strip() if key.startswith("hf:") else key
 
 
