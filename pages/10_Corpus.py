@@ -130,11 +130,11 @@ if clicked or not done:  # a finished job needs no file: its results and top tex
         st.error(plain(str(e)))
         st.stop()
 for line in st.session_state.pop("corpus_notes", []):
-    st.info(plain(line), icon="🩹")
+    st.info(plain(line), icon=":material/healing:")
 bar = st.empty()
 results = st.empty()
 if so_far is not None and not done and cp.finished(out):
-    st.warning("Some of this run's finished shards are damaged or gone: Run computes them again.", icon="🩹")
+    st.warning("Some of this run's finished shards are damaged or gone: Run computes them again.", icon=":material/healing:")
 if so_far is not None:
     show(so_far.table(), so_far.grid(name, what), so_far.n_texts, f"{LABELS[name]} · {OVER[what]}", results)
 

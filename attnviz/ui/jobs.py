@@ -122,7 +122,7 @@ def slot(what: str, mb: float = 0.0):
             room = f", {budget:,.0f} MB for traces" if mb else ""
             # Also where a rerun or a closed tab ends the wait: Streamlit raises in the script here.
             shown.info(f"Waiting for a free slot: {settings.max_jobs()} heavy jobs run at once on this server{room}. "
-                       f"{what} is number {place} in line.", icon="⏳")
+                       f"{what} is number {place} in line.", icon=":material/hourglass_top:")
             with _cond:
                 _cond.wait(0.5)
     except BaseException:

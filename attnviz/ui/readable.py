@@ -20,7 +20,7 @@ def unknown_note(trace, key: str) -> None:
         return
     with st.container(border=True, key="unknown_note"):
         st.warning(f"{unknown} of {total} tokens are unknown to this model ([UNK]): it only knows the words it "
-                   "was trained on, so there is little to see. Try one of its own texts:", icon="🔤")
+                   "was trained on, so there is little to see. Try one of its own texts:", icon=":material/text_fields:")
         samples = samples_for(key)
         for column, (name, text) in zip(st.columns(len(samples)), samples.items()):
             column.button(name, key=f"unknown_sample_{name}", on_click=_use, args=(text,), help=text,

@@ -110,7 +110,7 @@ def code(value) -> str:
 
 def note(message: str) -> None:
     """A warning about the link; quote anything taken from the link with ``code``."""
-    st.warning(message, icon="🔗")
+    st.warning(message, icon=":material/link:")  # a font icon: no emoji font needed
 
 
 def _over_limit() -> str | None:
