@@ -200,6 +200,17 @@ def warm_mb() -> float:
     return _number("ATTNVIZ_WARM_MB", 512, zero=True)
 
 
+def upload_session_mb() -> float:
+    """ATTNVIZ_UPLOAD_SESSION_MB: in public mode, the most one session's uploads may hold in the server's memory
+    (the app's own uploaders hold at most a 16 MB corpus file and a 2 MB document)."""
+    return _number("ATTNVIZ_UPLOAD_SESSION_MB", 40)
+
+
+def upload_total_mb() -> float:
+    """ATTNVIZ_UPLOAD_TOTAL_MB: in public mode, the most all sessions' uploads together may hold in memory."""
+    return _number("ATTNVIZ_UPLOAD_TOTAL_MB", 512)
+
+
 def gc_every_s() -> float:
     """ATTNVIZ_GC_EVERY_S: how often the app collects cyclic garbage (a finished page run's variables)."""
     return _number("ATTNVIZ_GC_EVERY_S", 10)

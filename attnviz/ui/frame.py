@@ -20,7 +20,7 @@ from attnviz.backends import footprint
 from attnviz.backends import DEFAULT_MODEL, list_models, normalise, open_model
 from attnviz.backends.common import MAX_CHARS, check_text
 from attnviz.data.samples import ALL_SAMPLES, samples_for
-from attnviz.ui import collect, heads, jobs, share
+from attnviz.ui import collect, heads, jobs, share, uploads
 from attnviz.ui.readable import unknown_note
 from attnviz.ui.share import plain
 
@@ -333,6 +333,7 @@ def frame(title: str, tracer=None, whole: bool = False) -> Frame:
     """
     use_app_navigation()
     collect.start()  # Streamlit's own collection is off (.streamlit/config.toml)
+    uploads.install()  # uploads bounded per session and in all (public mode), released once a session is gone
     st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
     st.markdown(f"<style>{LAYOUT_CSS}</style>", unsafe_allow_html=True)  # our own constants, no user text
     share.read_link()
