@@ -55,12 +55,15 @@ def source():
 
 
 def headers(columns) -> dict:
-    """Readable headers for a table's columns ("entropy_p90" -> "entropy · 90th percentile")."""
+    """Readable headers for a table's columns ("entropy_p90" -> "p90 · entropy (nats)"): the statistic first, since
+    the table cuts a long header at its column's width (five columns read "entropy (nats)" when it came last); the
+    whole name in the header's help."""
     config = {"n_texts": st.column_config.NumberColumn("texts")}
     for column in columns:
         name, _, what = column.rpartition("_")
         if name in LABELS:
-            config[column] = st.column_config.NumberColumn(f"{LABELS[name]} · {OVER[what]}", format="%.4f")
+            config[column] = st.column_config.NumberColumn(f"{what} · {LABELS[name]}", format="%.4f",
+                                                           help=f"{LABELS[name]}: {OVER[what]} over texts")
     return config
 
 

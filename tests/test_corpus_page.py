@@ -81,9 +81,12 @@ def test_run_stays_above_old_results_headers_are_readable_and_a_damaged_shard_is
 
     config = json.loads(at.dataframe[0].proto.columns)
     labels = {k: v.get("label") for k, v in config.items()}
-    assert labels["entropy_mean"] == "entropy (nats) · mean"
-    assert labels["stop_word_p90"] == "share on stop words (the, of, and, …) · 90th percentile"
+    assert labels["entropy_mean"] == "mean · entropy (nats)"
+    assert labels["stop_word_p90"] == "p90 · share on stop words (the, of, and, …)"
     assert labels["n_texts"] == "texts"
+    # a header cut at its column's width still names its statistic: each starts with it (mean, p10 … p90)
+    stats = {k: v for k, v in labels.items() if v and k != "n_texts"}
+    assert len(stats) > 20 and all(v.startswith(k.rpartition("_")[2] + " · ") for k, v in stats.items()), stats
 
     # cut a finished shard to half: Run says which shard it computes again, and the table is unchanged
     before = at.dataframe[0].value
