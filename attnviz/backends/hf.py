@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from .. import settings
 from ..core.budget import check_budget
+from . import gguf
 from ..capture.record import record
 from .generation import Generation, Sampling, top_next
 from ..core.trace import AttentionTrace, Seq2SeqTrace, stacks
@@ -58,20 +59,16 @@ QUADRATIC_MAX_TOKENS = 2048
 
 
 def load_hf(name: str) -> "HFModel":
-    """The Hugging Face model in folder ``name`` (or hub id ``name``), checked and ready to trace."""
+    """The Hugging Face model in folder ``name`` (or hub id ``name``, or GGUF file ``name``), checked and ready to
+    trace."""
     name = (name or "").strip()
     if not name:
         raise ValueError("Give a Hugging Face model id (hf:bert-base-uncased) or a local folder (hf:/path/to/folder).")
     folder = _locate(name)
+    if folder.is_file():
+        return _load_gguf(folder, name)
     config, kind = _read_config(folder)
-    from transformers.integrations.heterogeneity.configuration_utils import AmbiguousGlobalPerLayerAttributeError
-
-    try:
-        check_budget(config, kind)  # from the config alone, before any weight is read
-    except AmbiguousGlobalPerLayerAttributeError as e:  # layers that differ in heads or widths: no one value
-        what = str(e).split("'")[1] if "'" in str(e) else "a setting"
-        raise ValueError(refusal(config.model_type, f"its layers differ in {what} (a per-layer config), and "
-                                                    "attnviz reads one value for the whole model")) from None
+    _check_budget(config, kind)
     weights, safe = _weight_files([p.name for p in folder.iterdir() if p.is_file()], f"the folder {folder}")
     _check_size(sum((folder / w).stat().st_size for w in weights), name)
     if safe:
@@ -79,16 +76,65 @@ def load_hf(name: str) -> "HFModel":
     return HFModel(f"hf:{name}", _load_model(folder, kind, safe, config), _load_tokenizer(folder), kind, config)
 
 
+def _load_gguf(file: Path, name: str) -> "HFModel":
+    """The model in GGUF file ``file``, dequantised to float32 by transformers, then checked as a folder's is.
+    Refused before any weight is read when transformers cannot read its family or its float32 weights are too big."""
+    from transformers import AutoConfig
+
+    header = gguf.read(file)
+    if not gguf.supported(header.architecture):
+        raise ValueError(gguf.unsupported(file, header.architecture))
+    _check_size(header.float32_bytes, name, " (dequantised to float32, as transformers loads them)")
+    try:
+        config = AutoConfig.from_pretrained(file.parent, gguf_file=file.name)
+    except Exception as e:  # a header transformers' GGUF reader does not follow
+        raise ValueError(f"transformers could not read the settings in {file}: {_cause(e)}") from None
+    kind = _kind(config)
+    _check_budget(config, kind)
+    net = _load_model(file.parent, kind, False, config, gguf_file=file.name)
+    return HFModel(f"hf:{name}", net, _load_tokenizer(file.parent, file.name), kind, config, gguf.description(header))
+
+
+def _check_budget(config, kind: str) -> None:
+    """The memory admission from the config alone, before any weight is read."""
+    from transformers.integrations.heterogeneity.configuration_utils import AmbiguousGlobalPerLayerAttributeError
+
+    try:
+        check_budget(config, kind)
+    except AmbiguousGlobalPerLayerAttributeError as e:  # layers that differ in heads or widths: no one value
+        what = str(e).split("'")[1] if "'" in str(e) else "a setting"
+        raise ValueError(refusal(config.model_type, f"its layers differ in {what} (a per-layer config), and "
+                                                    "attnviz reads one value for the whole model")) from None
+
+
 def _locate(name: str) -> Path:
-    """A local model folder for ``name``: the folder itself, or the hub snapshot after the safety checks."""
+    """A local model folder for ``name`` (the folder itself, or the hub snapshot after the safety checks), or the
+    GGUF file it names or its folder holds."""
     path = Path(name).expanduser()
     if path.exists():
-        if not path.is_dir():
-            raise ValueError(f"{name!r} is a file; give the folder that holds config.json and the weights.")
-        return path
-    if name.startswith(("/", "~", ".")) or "\\" in name or name.count("/") > 1:
+        if path.is_file():
+            if path.suffix.lower() == gguf.SUFFIX:
+                return path
+            raise ValueError(f"{name!r} is a file; give the folder that holds config.json and the weights, or a "
+                             f"{gguf.SUFFIX} file.")
+        return _gguf_in(path, f"the folder {path}") or path
+    if name.startswith(("/", "~", ".")) or "\\" in name or name.count("/") > 2 or (
+            name.count("/") == 2 and not name.lower().endswith(gguf.SUFFIX)):
         raise ValueError(f"There is no folder {name!r}.")
     return _from_hub(name)
+
+
+def _gguf_in(folder: Path, where: str, files=None) -> Path | None:
+    """The one GGUF file of a folder with no config.json (``files``: its names, when not on disk); None when it
+    is a Hugging Face folder or holds no GGUF file; refused when it holds several."""
+    files = [p.name for p in folder.iterdir() if p.is_file()] if files is None else files
+    found = sorted(f for f in files if "/" not in f and f.lower().endswith(gguf.SUFFIX))
+    if "config.json" in files or not found:
+        return None
+    if len(found) > 1:
+        raise ValueError(f"{where} holds {len(found)} GGUF files ({', '.join(found[:4])}"
+                         f"{', …' if len(found) > 4 else ''}): give the one to load, e.g. hf:{folder / found[0]}")
+    return folder / found[0]
 
 
 def _offline_message(name: str) -> str:
@@ -99,18 +145,24 @@ def _offline_message(name: str) -> str:
 
 
 def _from_hub(name: str) -> Path:
-    """The cached snapshot of hub model ``name``, downloaded (safe weights only, size checked) if needed."""
+    """The cached snapshot of hub model ``name``, downloaded (safe weights only, size checked) if needed; for a repo
+    of GGUF files (``org/model`` with one, or ``org/model/file.gguf``), that file."""
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub import errors as hub
     from huggingface_hub.utils import validate_repo_id
 
+    repo, named = (name.rsplit("/", 1)[0], name.rsplit("/", 1)[1]) if name.count("/") == 2 else (name, None)
     try:
-        validate_repo_id(name)
+        validate_repo_id(repo)
     except hub.HFValidationError:
         raise ValueError(f"{name!r} is neither a folder nor a Hugging Face model id like 'org/model'.") from None
     try:
-        cached = Path(snapshot_download(name, local_files_only=True))
+        cached = Path(snapshot_download(repo, local_files_only=True))
         # Loading only a tokenizer caches config.json too: a snapshot without weights is not the model.
+        if named is not None and (cached / named).is_file():
+            return cached / named
+        if named is None and (found := _gguf_in(cached, f"the hub model {repo!r}")) is not None:
+            return found
         if (cached / "config.json").is_file() and [*cached.glob("model*.safetensors"), *cached.glob("*.bin")]:
             return cached
     except hub.LocalEntryNotFoundError:
@@ -118,7 +170,7 @@ def _from_hub(name: str) -> Path:
     if settings.hub_offline():
         raise ValueError(_offline_message(name))
     try:
-        info = HfApi().model_info(name, timeout=settings.hub_timeout(), files_metadata=True)
+        info = HfApi().model_info(repo, timeout=settings.hub_timeout(), files_metadata=True)
     except hub.RepositoryNotFoundError:
         raise ValueError(f"There is no model {name!r} on the Hugging Face hub (or it is private).") from None
     except hub.GatedRepoError:
@@ -130,18 +182,26 @@ def _from_hub(name: str) -> Path:
     except Exception:  # connection refused, DNS failure, timeout: all mean the hub is out of reach
         raise ValueError(_offline_message(name)) from None
     sizes = {s.rfilename: s.size or 0 for s in info.siblings or []}
-    weights, _ = _weight_files(sizes, f"the hub model {name!r}")
-    _check_size(sum(sizes[w] for w in weights), name)
+    if named is not None and named not in sizes:
+        raise ValueError(f"The hub model {repo!r} has no file {named!r}.")
+    single = Path(named) if named is not None else _gguf_in(Path(), f"the hub model {repo!r}", list(sizes))
+    if single is not None:  # the file is checked again, dequantised, once downloaded
+        _check_size(sizes[single.name], name)
+        weights = [single.name]
+    else:
+        weights, _ = _weight_files(sizes, f"the hub model {name!r}")
+        _check_size(sum(sizes[w] for w in weights), name)
     try:
-        return Path(snapshot_download(name, allow_patterns=META_FILES + weights, etag_timeout=settings.hub_timeout()))
+        folder = Path(snapshot_download(repo, allow_patterns=META_FILES + weights,
+                                        etag_timeout=settings.hub_timeout()))
     except Exception as e:
         raise ValueError(f"Downloading {name!r} from the Hugging Face hub failed: {e}") from None
+    return folder / single.name if single is not None else folder
 
 
 def _read_config(folder: Path):
     """(config, kind) of the model in ``folder``; refuses folders that are not models or need custom code."""
     from transformers import AutoConfig
-    from transformers.models.auto import modeling_auto as auto
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     if not (folder / "config.json").is_file():
@@ -170,12 +230,19 @@ def _read_config(folder: Path):
             "(which attnviz never runs) or a newer transformers."
         )
     config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+    return config, _kind(config)
+
+
+def _kind(config) -> str:
+    """"encoder", "decoder" or "encoder-decoder": how a model of ``config`` loads and runs."""
+    from transformers.models.auto import modeling_auto as auto
+
     # BERT-like types have causal-LM heads too; a type with a masked-LM head is an encoder unless told otherwise.
-    causal = model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    masked = model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    causal = config.model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    masked = config.model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
     if getattr(config, "is_encoder_decoder", False):
-        return config, "encoder-decoder"
-    return config, "decoder" if getattr(config, "is_decoder", False) or (causal and not masked) else "encoder"
+        return "encoder-decoder"
+    return "decoder" if getattr(config, "is_decoder", False) or (causal and not masked) else "encoder"
 
 
 def _weight_files(files, where: str) -> tuple[list[str], bool]:
@@ -195,11 +262,11 @@ def _weight_files(files, where: str) -> tuple[list[str], bool]:
     raise ValueError(f"{where} has no model weights (model.safetensors).")
 
 
-def _check_size(nbytes: int, name: str) -> None:
+def _check_size(nbytes: int, name: str, how: str = "") -> None:
     limit = settings.max_model_mb()
     if nbytes > limit * 2**20:
         raise ValueError(
-            f"The weights of {name!r} are {nbytes / 2**20:,.0f} MB, over the limit of {limit:,.0f} MB "
+            f"The weights of {name!r}{how} are {nbytes / 2**20:,.0f} MB, over the limit of {limit:,.0f} MB "
             "(raise it with ATTNVIZ_MAX_MODEL_MB)."
         )
 
@@ -247,11 +314,12 @@ def _cause(e: Exception) -> str:
     return f"{type(e).__name__} {text}" if isinstance(e, (KeyError, IndexError, AttributeError)) else text
 
 
-def _load_model(folder: Path, kind: str, safe: bool, config):
-    """The model in eval mode and its own dtype, with attnviz's attention function where its modules call the
-    attention interface, else eager; a load that fails with attnviz's function is retried eager once."""
+def _load_model(folder: Path, kind: str, safe: bool, config, gguf_file: str | None = None):
+    """The model in eval mode and its own dtype (a GGUF file's: float32), with attnviz's attention function where its
+    modules call the attention interface, else eager; a load that fails with attnviz's function is retried eager once."""
     import transformers as tf
 
+    source = dict(gguf_file=gguf_file, dtype=torch.float32) if gguf_file else dict(use_safetensors=safe, dtype="auto")
     hf_attention.register()
     chosen = [hf_attention.NAME, "eager"] if capturable(config, kind) else ["eager"]
     failures = []
@@ -260,8 +328,7 @@ def _load_model(folder: Path, kind: str, safe: bool, config):
             net, info = getattr(tf, AUTO[kind]).from_pretrained(
                 folder,
                 attn_implementation=implementation,
-                use_safetensors=safe,
-                dtype="auto",
+                **source,
                 trust_remote_code=False,
                 output_loading_info=True,
             )
@@ -287,11 +354,11 @@ def _load_model(folder: Path, kind: str, safe: bool, config):
     return net.to(device).eval()
 
 
-def _load_tokenizer(folder: Path):
+def _load_tokenizer(folder: Path, gguf_file: str | None = None):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+        return AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file, trust_remote_code=False)
     except Exception as e:  # missing files or a tokenizer class that needs extra packages
         raise ValueError(f"Could not load the tokenizer in {folder}: {e}") from None
 
@@ -421,7 +488,7 @@ class _Steps:
 class HFModel(TorchBackend):
     """A pretrained Hugging Face model; ``trace`` runs it on one text (and a target for encoder–decoders)."""
 
-    def __init__(self, key: str, net, tokenizer, kind: str, config):
+    def __init__(self, key: str, net, tokenizer, kind: str, config, source: str = ""):
         self.key, self.net, self.tokenizer, self.kind = key, net, tokenizer, kind
         self.abilities = frozenset({"positions"} | ({"token_ids", "ablation", "scorer"} if kind != "encoder-decoder"
                                                    else set()) | ({"generate", "outputs"} if kind == "decoder" else set()))
@@ -442,7 +509,7 @@ class HFModel(TorchBackend):
         self.n_layers, self.n_heads = first.n_layers, first.n_heads
         self.description = (
             f"{self.model_type} from {key.removeprefix('hf:')}: {self.n_layers} layers × {self.n_heads} heads, "
-            f"{kind}, up to {self.max_tokens:,} tokens"
+            f"{kind}, up to {self.max_tokens:,} tokens{source}"
         )
 
     def _checked_trace(self):
