@@ -170,7 +170,7 @@ def test_byte_level_and_sentencepiece_labels_read_like_the_tokenizers_own_decodi
         for token, is_special in zip(tok.convert_ids_to_tokens(ids), special):
             plain = tok.convert_tokens_to_string([token]).strip(" ")
             if not is_special and plain.strip() and "\ufffd" not in plain:  # whole characters, not blanks
-                assert clean(token) == plain.replace("\n", "\\n"), (family, token)
+                assert clean(token) == plain.replace("\n", "↵"), (family, token)
     gpt2 = tf.AutoTokenizer.from_pretrained(tiny_model("gpt2"))
     assert "café" in [clean(t) for t in gpt2.tokenize(text)]  # "ĠcafÃ©" is one token of this vocabulary
 

@@ -14,8 +14,9 @@ from attnviz.core.tokens import clean, labels, merge_matrix, merge_subwords, wor
 @pytest.mark.parametrize("token,shown", [
     ("##ing", "ing"), ("##", "##"), ("[CLS]", "[CLS]"), ("hello", "hello"),  # WordPiece
     # GPT-2 byte-level BPE
-    ("Ġhello", "hello"), ("Ġ", "␣"), ("ĠĠ", "␣"), ("Ċ", "\\n"), ("ĊĊ", "\\n\\n"), ("ĉ", "\\t"),
+    ("Ġhello", "hello"), ("Ġ", "␣"), ("ĠĠ", "␣"), ("Ċ", "↵"), ("ĊĊ", "↵↵"), ("ĉ", "⇥"), ("ĠĊ", "↵"),
     ("▁the", "the"), ("▁", "␣"), ("▁▁▁", "␣"), ("</s>", "</s>"),  # SentencePiece
+    ("<0x0A>", "↵"), ("<0x09>", "⇥"), ("\n", "↵"), ("a\r\nb", "a↵b"),  # byte fallback, raw line breaks
     ("<b>", "<b>"),  # markup stays text here; escaping is the figures' job
 ])
 def test_clean(token, shown):

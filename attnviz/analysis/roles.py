@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..core.tokens import clean
+from ..core.tokens import NEWLINE, clean
 from .heads import is_punctuation
 
 
@@ -62,8 +62,7 @@ def roles_for(causal: bool) -> list[str]:
 
 def is_newline(token: str) -> bool:
     """True for a token that is a line break: "\\n", GPT-2's "Ċ", a byte-fallback "<0x0A>"."""
-    text = clean(token).replace("\\n", "\n")  # clean() shows Ċ as a visible "\n"
-    return token in ("<0x0A>", "<0x0D>") or set(text) <= {"\n", "\r"}
+    return set(clean(token)) == {NEWLINE}  # clean() shows every kind of line break as the mark
 
 
 def delimiters(trace) -> np.ndarray:

@@ -6,9 +6,12 @@ from collections import Counter
 
 import numpy as np
 
-# Byte-level BPE (GPT-2, RoBERTa) marks a leading space with Ġ and a newline with Ċ;
-# SentencePiece (T5, Llama, Marian) marks a leading space with ▁; WordPiece marks a continuation with ##.
-_MARKERS = {"Ġ": " ", "Ċ": "\\n", "ĉ": "\\t", "▁": " "}
+# Byte-level BPE (GPT-2, RoBERTa, SmolLM) marks a leading space with Ġ and a newline with Ċ;
+# SentencePiece (T5, Llama, Marian) marks a leading space with ▁ and spells bytes it has no piece for as <0x0A>;
+# WordPiece marks a continuation with ##. A line break or a tab reads as a mark (↵, ⇥), so one stays visible.
+NEWLINE, TAB = "↵", "⇥"
+_MARKERS = {"Ġ": " ", "Ċ": NEWLINE, "ĉ": TAB, "▁": " ", "\r\n": NEWLINE, "\n": NEWLINE, "\r": NEWLINE, "\t": TAB}
+_BYTE_FALLBACK = {"<0x0A>": NEWLINE, "<0x0D>": NEWLINE, "<0x09>": TAB, "<0x20>": "␣"}
 
 
 def _byte_symbols() -> dict[str, int]:
@@ -33,7 +36,9 @@ def _unbyte(token: str) -> str:
 
 
 def clean(token: str) -> str:
-    """A token as a person reads it: subword markers dropped, blanks made visible."""
+    """A token as a person reads it: subword markers dropped, blanks made visible, line breaks as ↵."""
+    if token in _BYTE_FALLBACK:
+        return _BYTE_FALLBACK[token]
     token = _unbyte(token)
     if token.startswith("##") and len(token) > 2:
         token = token[2:]
