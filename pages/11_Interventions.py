@@ -132,5 +132,19 @@ done = st.session_state.get("patching")
 if done and done[0] == (f.key, f.text, corrupted, metric):
     result = done[1]
     st.caption(f"Metric clean {result.clean:.3f}, corrupted {result.corrupted:.3f}.")
-    head_chart(head_map(result.restored, "share of the metric each head restores · click a head to open it",
-                        colorscale=DIVERGING, value_name="restored"), "patch_map", H)
+    if result.barely:  # the shares divide by a gap near zero: show how far each head moves the metric instead
+        if kind == "lm":
+            hint = (f"change the word the next token depends on, so that the corrupted prompt predicts another "
+                    f"token (now the clean prompt predicts {plain(effect.base.top_tokens[-1][0])!s} and the "
+                    f"corrupted one {plain(other.base.top_tokens[-1][0])!s}), and measure those two tokens")
+        else:
+            hint = "change a word that carries the label (a *great* for an *awful*)"
+        st.warning(f"The two prompts barely differ on the metric ({result.clean - result.corrupted:+.3g}, under "
+                   f"{result.small:g}): a share of that gap is mostly noise, so the map shows how far each head moves "
+                   f"the metric instead. For shares, pick a corruption that moves the metric: {hint}.",
+                   icon=":material/balance:")
+        head_chart(head_map(result.moved(), "how far each head moves the metric (patched − corrupted) · click a "
+                            "head to open it", colorscale=DIVERGING, value_name="moved"), "patch_map", H)
+    else:
+        head_chart(head_map(result.restored, "share of the metric each head restores · click a head to open it",
+                            colorscale=DIVERGING, value_name="restored"), "patch_map", H)

@@ -152,3 +152,30 @@ def test_a_long_texts_heatmap_sends_no_point_per_cell(lm):
     at = ok(open_page(PAGE, model="builtin:lm", text=text))
     assert len(charts(at)["edit_heatmap"]["data"]) == 1  # the heatmap alone
     assert any("Cells take clicks up to 64 tokens" in c.value for c in at.caption)
+
+
+def test_prompts_that_barely_differ_on_the_metric_get_a_warning_and_no_shares(lm, text):
+    """Issue 57: a corruption far from what the prediction depends on moves the metric by a third of a logit; its
+    shares would divide by that gap. The page says so, suggests a corruption that moves it, and maps the change."""
+    words = text.split()
+    clean = " ".join(words[:30])
+    wrong = next(w for w in lm.vocab.itos[5:] if w not in words and w.isalpha())
+    corrupted = " ".join([wrong] + words[1:30])  # the first word: the induction reads word 9, not this
+    at = ok(open_page(PAGE, model="builtin:lm", text=clean, corrupted=corrupted))
+    at.text_input(key="patch_bad").set_value(wrong)
+    at = ok(at.button(key="patch").click().run())
+    expected = patch_heads(lm, clean, corrupted, LogitDiff(words[10], wrong))
+    assert expected.barely and abs(expected.clean - expected.corrupted) < LogitDiff.small
+    (warning,) = [w.value for w in at.warning]
+    assert "barely differ on the metric" in warning and "pick a corruption that moves the metric" in warning
+    heat = charts(at)["patch_map"]
+    np.testing.assert_allclose(decode(heat["data"][0]["z"]), expected.patched - expected.corrupted, atol=1e-6)
+    assert "patched − corrupted" in heat["layout"]["title"]["text"]
+
+
+def test_prompts_that_differ_get_no_warning(lm, text):
+    words = text.split()
+    wrong = next(w for w in lm.vocab.itos[5:] if w not in words and w.isalpha())
+    clean, corrupted = " ".join(words[:30]), " ".join(words[:10] + [wrong] + words[11:30])
+    result = patch_heads(lm, clean, corrupted, LogitDiff(words[10], wrong))
+    assert not result.barely and abs(result.clean - result.corrupted) > 1

@@ -92,13 +92,65 @@ def describe(edit: Edit) -> str:
     return f"{where(edit)}: output patched"
 
 
-def _heads(edit, H: int) -> list[int]:
-    return list(range(H)) if edit.head is None else [edit.head]
-
-
 def _check_index(what: str, value, count: int, edit) -> None:
     if value is not None and not (isinstance(value, (int, np.integer)) and 0 <= value < count):
         raise ValueError(f"{describe(edit)}: {what} {value} is out of range (0 to {count - 1}).")
+
+
+def apply_edits(w: torch.Tensor, edits, heads, start: int, Tq: int, seen: Callable) -> None:
+    """One layer's ``edits`` of the weights ``w`` (h, rows, Tk) of heads ``heads`` and query rows from ``start``
+    (of Tq), in place; ``seen(h)`` is head h's (rows, Tk) bool, the keys each row may see. The one place edits
+    change weights: attnviz's own forward (``EditedQK``) and the hooks it exports (``to_transformer_lens``,
+    ``to_nnsight``) both run it."""
+    rows, Tk = w.shape[1:]
+    stop = start + rows
+    heads = [int(h) for h in heads]
+    p = torch.arange(start, stop) + (Tk - Tq)  # (rows,) each query's position among the keys
+    for e in edits:
+        if isinstance(e, Patch):
+            continue
+        for h in heads if e.head is None else [e.head]:
+            if h not in heads:
+                continue
+            i = heads.index(h)
+            if isinstance(e, Knockout):
+                _knock_out(w[i], e, start, stop)
+            elif isinstance(e, ZeroValue):
+                w[i, :, e.key] *= (p == e.key).to(w.dtype)  # its own row keeps it
+            else:
+                w[i] = _pattern(e.weights, seen(h), start, stop, p).to(w)
+
+
+def _knock_out(w: torch.Tensor, e: Knockout, start: int, stop: int) -> None:
+    """Zero the knocked-out entries of one head's rows (rows, Tk) in place, then renormalise them."""
+    rows = slice(None) if e.query is None else slice(e.query - start, e.query - start + 1)
+    if e.query is not None and not start <= e.query < stop:
+        return
+    keys = slice(None) if e.key is None else slice(e.key, e.key + 1)
+    lost = w[rows, keys].sum(-1, keepdim=True) > 0  # (rows, 1): a row that loses nothing stays as it is
+    w[rows, keys] = 0.0
+    total = w[rows].sum(-1, keepdim=True)  # (rows, 1)
+    w[rows] = torch.where(lost, w[rows] / total.clamp_min(torch.finfo(w.dtype).tiny), w[rows])
+
+
+def _pattern(weights, seen: torch.Tensor, start: int, stop: int, p: torch.Tensor) -> torch.Tensor:
+    """(rows, Tk): a head's replacement weights for query rows ``start:stop``, given the keys each may see."""
+    Tk = seen.shape[-1]
+    if not isinstance(weights, str):
+        return torch.as_tensor(np.asarray(weights)[start:stop], dtype=torch.float32)
+    j = torch.arange(Tk)[None, :]  # (1, Tk)
+    if weights == "uniform":
+        chosen = seen
+    else:
+        if weights == "previous":  # the last key it sees before itself; itself when none
+            before = seen & (j < p[:, None])
+            score = torch.where(before, j, -1).amax(-1)  # (rows,)
+            at = torch.where(score >= 0, score, p.clamp(max=Tk - 1))
+        else:  # "first": the first key it sees
+            at = torch.where(seen, j, Tk).amin(-1).clamp(max=Tk - 1)
+        chosen = (j == at[:, None]) & seen.any(-1, keepdim=True)
+    chosen = chosen.float()
+    return chosen / chosen.sum(-1, keepdim=True).clamp_min(1.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -138,54 +190,9 @@ class EditedQK(LayerQK):
 
     def edit(self, w: torch.Tensor, heads, start: int, stop: int) -> None:
         """This layer's edits of the weights ``w`` (h, rows, Tk) of query rows ``start:stop``, in place."""
-        H, Tq, Tk = self.shape
-        heads = [int(h) for h in heads]
-        p = torch.arange(start, stop) + (Tk - Tq)  # (rows,) each query's position among the keys
-        for e in self.edits:
-            if isinstance(e, Patch):
-                continue
-            for h in _heads(e, H):
-                if h not in heads:
-                    continue
-                i = heads.index(h)
-                if isinstance(e, Knockout):
-                    self._knock_out(w[i], e, start, stop)
-                elif isinstance(e, ZeroValue):
-                    w[i, :, e.key] *= (p == e.key).to(w.dtype)  # its own row keeps it
-                else:
-                    w[i] = self._pattern(e.weights, h, start, stop, p)
-
-    @staticmethod
-    def _knock_out(w: torch.Tensor, e: Knockout, start: int, stop: int) -> None:
-        """Zero the knocked-out entries of one head's rows (rows, Tk) in place, then renormalise them."""
-        rows = slice(None) if e.query is None else slice(e.query - start, e.query - start + 1)
-        if e.query is not None and not start <= e.query < stop:
-            return
-        keys = slice(None) if e.key is None else slice(e.key, e.key + 1)
-        lost = w[rows, keys].sum(-1, keepdim=True) > 0  # (rows, 1): a row that loses nothing stays as it is
-        w[rows, keys] = 0.0
-        total = w[rows].sum(-1, keepdim=True)  # (rows, 1)
-        w[rows] = torch.where(lost, w[rows] / total.clamp_min(torch.finfo(w.dtype).tiny), w[rows])
-
-    def _pattern(self, weights, h: int, start: int, stop: int, p: torch.Tensor) -> torch.Tensor:
-        """(rows, Tk): head ``h``'s replacement weights for query rows ``start:stop``."""
         Tk = self.shape[2]
-        if not isinstance(weights, str):
-            return torch.as_tensor(np.asarray(weights)[start:stop], dtype=torch.float32)
-        seen = torch.isfinite(self.scores([h], start, stop, 0, Tk)[0])  # (rows, Tk) the keys each query may see
-        j = torch.arange(Tk)[None, :]  # (1, Tk)
-        if weights == "uniform":
-            chosen = seen
-        else:
-            if weights == "previous":  # the last key it sees before itself; itself when none
-                before = seen & (j < p[:, None])
-                score = torch.where(before, j, -1).amax(-1)  # (rows,)
-                at = torch.where(score >= 0, score, p.clamp(max=Tk - 1))
-            else:  # "first": the first key it sees
-                at = torch.where(seen, j, Tk).amin(-1).clamp(max=Tk - 1)
-            chosen = (j == at[:, None]) & seen.any(-1, keepdim=True)
-        chosen = chosen.float()
-        return chosen / chosen.sum(-1, keepdim=True).clamp_min(1.0)
+        apply_edits(w, self.edits, heads, start, self.shape[1],
+                    lambda h: torch.isfinite(self.scores([h], start, stop, 0, Tk)[0]))
 
     def column(self, heads, key: int, norm: torch.Tensor) -> torch.Tensor:
         return self.weights(heads, 0, self.shape[1])[:, :, key]  # (h, Tq): the edited rows, not the normaliser's
@@ -432,6 +439,9 @@ class LogitDiff:
     good: object
     bad: object
     position: int = -1
+    # A gap between the prompts under this is too small to divide by: half a logit moves the odds of good against
+    # bad by 1.6×, while one head's noise moves a logit difference by hundredths.
+    small = 0.5
 
     def __call__(self, backend, output: torch.Tensor) -> float:
         row = output[self.position].double()
@@ -443,6 +453,7 @@ class LabelProb:
     """The probability of label ``label`` (its name or index)."""
 
     label: object
+    small = 0.05  # a gap under five points of probability is too small to divide by
 
     def __call__(self, backend, output: torch.Tensor) -> float:
         labels = list(backend.labels)
@@ -461,6 +472,17 @@ class Patching:
     corrupted: float
     patched: np.ndarray  # (L, H) the metric of each patched run
     tokens: tuple  # the corrupted prompt's tokens
+    small: float = 0.0  # the metric's smallest gap between the prompts worth dividing by
+
+    @property
+    def barely(self) -> bool:
+        """Whether the prompts barely differ on the metric: ``restored`` divides by a gap near zero (clean 0.003,
+        corrupted −0.008), so its shares are mostly noise however strong their colours."""
+        return abs(self.clean - self.corrupted) < self.small
+
+    def moved(self) -> np.ndarray:
+        """(L, H) how far patching each head moves the metric, in its own units (patched − corrupted)."""
+        return self.patched - self.corrupted
 
 
 def patch_heads(model, clean, corrupted, metric: Callable, progress: Callable[[int, int], None] | None = None
@@ -489,8 +511,100 @@ def patch_heads(model, clean, corrupted, metric: Callable, progress: Callable[[i
         if progress is not None:
             progress(n + 1, L * H)
     restored = (patched - m_corrupt) / (m_clean - m_corrupt)
-    return Patching(restored, m_clean, m_corrupt, patched, trace_x.tokens)
+    return Patching(restored, m_clean, m_corrupt, patched, trace_x.tokens, getattr(metric, "small", 0.0))
+
+
+def edited_pattern(pattern: torch.Tensor, edits, layer: int) -> torch.Tensor:
+    """Layer ``layer``'s attention weights (B, H, Tq, Tk) (rows sum to 1, hidden keys 0) with its Knockout, Pattern
+    and ZeroValue ``edits`` applied, as attnviz's forward applies them; a key with weight exactly 0 counts as hidden
+    (what ``Pattern``'s named patterns choose among). What the exported hooks and code return."""
+    mine = tuple(e for e in edits if not isinstance(e, Patch) and (e.layer is None or e.layer == layer))
+    if not mine:
+        return pattern
+    out = pattern.detach().float().clone()  # (B, H, Tq, Tk)
+    B, H, Tq, Tk = out.shape
+    for b in range(B):
+        seen = out[b] > 0  # (H, Tq, Tk) before any edit, as the mask left it
+        apply_edits(out[b], mine, range(H), 0, Tq, lambda h: seen[h])
+    return out.to(pattern.dtype)
+
+
+def _exportable(edits, code: bool) -> tuple:
+    edits = tuple(edits)
+    for e in edits:
+        if not isinstance(e, (Knockout, Pattern, ZeroValue, Patch)):
+            raise ValueError(f"{e!r} is not an edit (Knockout, Pattern, ZeroValue, Patch).")
+        if code and (isinstance(e, Patch) or (isinstance(e, Pattern) and not isinstance(e.weights, str))):
+            raise ValueError(f"{describe(e)}: a given array has no spelling in code; export it with "
+                             "to_transformer_lens, or use a named pattern.")
+    return edits
+
+
+def to_transformer_lens(edits) -> list:
+    """``fwd_hooks`` for TransformerLens' ``run_with_hooks`` that apply ``edits`` as attnviz does: Knockout, Pattern
+    and ZeroValue at each layer's ``hook_pattern`` (``edited_pattern``), Patch at ``hook_z``. Layers are those of
+    the model the edits were made on; TransformerLens itself is not imported."""
+    edits = _exportable(edits, code=False)
+    weights = [e for e in edits if not isinstance(e, Patch)]
+    if any(e.layer is None for e in weights):  # one hook on every layer's pattern, which picks the layer's edits
+        hooks = [(_every_pattern, lambda p, hook: edited_pattern(p, edits, int(hook.name.split(".")[1])))]
+    else:
+        hooks = [(f"blocks.{layer}.attn.hook_pattern", lambda p, hook, layer=layer: edited_pattern(p, edits, layer))
+                 for layer in sorted({e.layer for e in weights})]
+    for e in edits:
+        if isinstance(e, Patch):
+            def patch(z, hook, e=e):  # (B, Tq, H, Dh)
+                z = z.clone()
+                z[:, :, e.head] = torch.as_tensor(np.asarray(e.output), dtype=z.dtype, device=z.device)
+                return z
+            hooks.append((f"blocks.{e.layer}.attn.hook_z", patch))
+    return hooks
+
+
+def _every_pattern(name: str) -> bool:
+    return name.startswith("blocks.") and name.endswith(".attn.hook_pattern")
+
+
+NNSIGHT_ATTENTION = "model.model.layers[{layer}].self_attn.source.attention_interface_1"
+
+
+def to_nnsight(edits, attention: str = NNSIGHT_ATTENTION, n_layers: int | None = None) -> str:
+    """Python code for an nnsight trace that applies ``edits`` as attnviz does: each edited layer's softmax in
+    transformers' eager attention (``attention``, a template over ``{layer}``: the attention-interface call of
+    the layer's attention module; the default fits Llama-style models) is replaced by ``edited_pattern``'s. Load
+    the model with ``attn_implementation="eager"``; ``n_layers`` is needed for edits of every layer."""
+    edits = _exportable(edits, code=True)
+    layers = sorted({e.layer for e in edits if e.layer is not None})
+    if any(e.layer is None for e in edits):
+        if n_layers is None:
+            raise ValueError("An edit of every layer needs n_layers to spell out which layers to edit.")
+        layers = list(range(n_layers))
+    names = sorted({type(e).__name__ for e in edits})
+    call = attention.format(layer="{layer}")
+    return "\n".join([
+        f"from attnviz.analysis.interventions import {', '.join(names)}, edited_pattern",
+        "",
+        f"edits = [{', '.join(repr(e) for e in edits)}]",
+        "with model.trace(input_ids):  # model: nnsight's LanguageModel or NNsight, attn_implementation=\"eager\"",
+        f"    for layer in {layers}:",
+        f"        softmax = {call.replace('{layer}', 'layer')}.source.nn_functional_softmax_0",
+        "        softmax.output = edited_pattern(softmax.output, edits, layer)",
+        "    logits = model.output.logits.save()",
+    ])
+
+
+def transformer_lens_code(edits) -> str:
+    """Python code that runs a TransformerLens model with ``edits`` (``to_transformer_lens``), for a person to copy."""
+    edits = _exportable(edits, code=True)
+    names = sorted({type(e).__name__ for e in edits})
+    return "\n".join([
+        f"from attnviz.analysis.interventions import {', '.join(names)}, to_transformer_lens",
+        "",
+        f"edits = [{', '.join(repr(e) for e in edits)}]",
+        "logits = model.run_with_hooks(tokens, fwd_hooks=to_transformer_lens(edits))",
+    ])
 
 
 __all__ = ["Knockout", "Pattern", "ZeroValue", "Patch", "Effect", "Outcome", "run", "patch_heads", "editing",
-           "LogitDiff", "LabelProb", "Patching", "describe", "spell", "parse", "MOHEBBI"]
+           "LogitDiff", "LabelProb", "Patching", "describe", "spell", "parse", "MOHEBBI", "apply_edits",
+           "edited_pattern", "to_transformer_lens", "to_nnsight", "transformer_lens_code"]
