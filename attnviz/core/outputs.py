@@ -17,10 +17,16 @@ SPECIALS = ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]", "<s>", "</s>", "<pad>"
 
 def stacked(attention, what: str = "attention") -> np.ndarray:
     """(L, H, Tq, Tk) float32 from a tuple of per-layer (1, H, Tq, Tk) tensors or arrays (or one such array)."""
-    if attention is None or (isinstance(attention, (tuple, list)) and len(attention) == 0):
+    if isinstance(attention, (tuple, list)) and len(attention) == 0:
         raise ValueError(
-            f"{what} holds no weights: a model run with SDPA or flash attention returns none even with "
-            "output_attentions=True; load it with attn_implementation=\"eager\"")
+            f"{what} is an empty tuple. Most likely it is outputs[-1] of an encoder (bertviz's README code): under "
+            "transformers 5 that is its cross_attentions, empty since an encoder has no decoder. Pass "
+            "outputs.attentions (or outputs itself). If outputs.attentions is empty too, the model ran with SDPA or "
+            "flash attention, which return no weights: load it with attn_implementation=\"eager\"")
+    if attention is None:
+        raise ValueError(
+            f"{what} holds no weights: run the model with output_attentions=True, loaded with "
+            "attn_implementation=\"eager\" (SDPA and flash attention return none)")
     layers = attention if isinstance(attention, (tuple, list)) else [attention[i] for i in range(len(attention))]
     arrays = []
     for i, a in enumerate(layers):
@@ -52,11 +58,23 @@ def _trace(tokens, attn: np.ndarray, model: str, kind: str | None) -> AttentionT
     return AttentionTrace(tokens, attn, special=special, model=model, kind=kind, capture="dense")
 
 
+def model_attentions(attention):
+    """``attention`` as given, or a model's whole output object's ``.attentions`` (what bertviz users pass)."""
+    if isinstance(attention, (tuple, list)) or not hasattr(attention, "attentions"):
+        return attention
+    if not attention.attentions:  # None without output_attentions=True, () from SDPA or flash attention
+        raise ValueError("the model's outputs hold no attentions: run it with output_attentions=True, loaded with "
+                         "attn_implementation=\"eager\" (SDPA and flash attention return no weights)")
+    return attention.attentions
+
+
 def from_attentions(attention=None, tokens=None, *, encoder_attention=None, decoder_attention=None,
                     cross_attention=None, encoder_tokens=None, decoder_tokens=None, model: str = "",
                     kind: str | None = None):
     """A trace of given weights: ``attention`` (per layer (1, H, T, T)) with ``tokens``, or an encoder–decoder's
-    three stacks with its two token lists (a Seq2SeqTrace). ``kind`` None: "decoder" when every head is causal."""
+    three stacks with its two token lists (a Seq2SeqTrace). ``kind`` None: "decoder" when every head is causal.
+    ``attention`` may be the model's whole output object: its ``.attentions`` are read."""
+    attention = model_attentions(attention)
     if encoder_attention is None and decoder_attention is None and cross_attention is None:
         if tokens is None:
             raise ValueError("give the tokens with the attention: attnviz.from_attentions(outputs.attentions, tokens)")

@@ -193,10 +193,9 @@ def static_html(trace, layer: int = 0, head: int | None = 0, stack: str | None =
 
 
 def static_bundle(trace, layer: int = 0, head: int | None = 0, stack: str | None = None) -> dict:
-    """text/html (both PNGs) and image/png (the overview) for a trace, with a one-line text/plain."""
+    """text/html (both PNGs, each stored once: no image/png beside it) for a trace, with a one-line text/plain."""
     view = View(trace, stack or stack_names(trace)[0])
-    uri = image_array_to_data_uri(view.overview_image()[0])
-    return {"text/html": static_html(trace, layer, head, stack), "image/png": uri.split(",", 1)[1],
+    return {"text/html": static_html(trace, layer, head, stack),
             "text/plain": f"<attnviz explorer: {trace.model or 'attention'}, {view.Tq} tokens>"}
 
 
@@ -336,13 +335,30 @@ def show(trace, layer: int = 0, head: int | None = 0, stack: str | None = None) 
     _display(explorer(trace, layer, head, stack))
 
 
+def _returned(widget):
+    """What bertviz's ``html_action="return"`` gives: an ``IPython.display.HTML`` whose ``.data`` is a standalone page
+    (the static display, to write to a file), shown in a kernel as the explorer itself (``.widget``)."""
+    from IPython.display import HTML
+
+    class ExplorerHTML(HTML):
+        def _repr_mimebundle_(self, **kwargs):
+            return self.widget._repr_mimebundle_(**kwargs)
+
+    v = widget._shown
+    body = static_html(widget.trace, v.get("layer", 0), v.get("head", 0), v.get("stack"))
+    page = ExplorerHTML(f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>attnviz</title></head><body>{body}'
+                        "</body></html>")
+    page.widget = widget
+    return page
+
+
 def _bertviz(attention, tokens, layer, heads, html_action, **stacks_):
+    if html_action not in ("view", "return"):
+        raise ValueError(f"html_action must be 'view' or 'return', not {html_action!r}")
     trace = from_attentions(attention, tokens, **stacks_)
     widget = explorer(trace, layer or 0, heads[0] if heads else 0)
     if html_action == "return":
-        return widget
-    if html_action != "view":
-        raise ValueError(f"html_action must be 'view' or 'return', not {html_action!r}")
+        return _returned(widget)
     _display(widget)
     return None
 
@@ -350,10 +366,12 @@ def _bertviz(attention, tokens, layer, heads, html_action, **stacks_):
 def head_view(attention=None, tokens=None, sentence_b_start=None, prettify_tokens=True, layer=None, heads=None,
               encoder_attention=None, decoder_attention=None, cross_attention=None, encoder_tokens=None,
               decoder_tokens=None, include_layers=None, html_action="view"):
-    """bertviz's ``head_view``: the explorer of ``outputs.attentions`` and its tokens, opened on ``layer``.
+    """bertviz's ``head_view``: the explorer of ``outputs.attentions`` (or the model's whole ``outputs``) and its
+    tokens, opened on ``layer``.
 
     ``sentence_b_start``, ``prettify_tokens`` and ``include_layers`` are accepted and not needed: every layer is
-    shown, tokens are always cleaned. ``html_action="return"`` returns the widget instead of displaying it.
+    shown, tokens are always cleaned. ``html_action="return"`` returns, as bertviz does, an ``IPython.display.HTML``
+    whose ``.data`` is a standalone page (the static display); in a kernel it shows as the explorer (its ``.widget``).
     """
     return _bertviz(attention, tokens, layer, heads, html_action, encoder_attention=encoder_attention,
                     decoder_attention=decoder_attention, cross_attention=cross_attention,
