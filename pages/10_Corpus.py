@@ -122,6 +122,7 @@ go, stop = st.columns(2)  # above the results, so Run stays where it is however 
 clicked = go.button("Run", key="corpus_run", type="primary")
 try:
     so_far = cp.load_shards(cp.shard_dir(out), f.key)
+    files.show(out)
 except ValueError:  # none finished yet
     so_far = None
 done = so_far is not None and cp.finished(out, so_far)

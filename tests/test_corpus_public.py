@@ -229,3 +229,39 @@ def test_an_upload_over_the_limit_is_refused_before_it_is_buffered(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_refused_run_removes_nothing_and_a_run_that_fits_removes_only_the_least_recently_used(public, tmp_path):
+    """Visitor A's finished results survive visitor B's run that cannot fit (the probe's 1,000,000-row CSV, scaled
+    to a 4.5 MB budget); a run that fits removes the least recently used job, not the one a visitor just looked at."""
+    public.setenv("ATTNVIZ_CORPUS_DISK_MB", "4.5")
+    work = tmp_path / "work"
+    jobs = []
+    for i in range(3):  # three visitors' finished runs, ~1.2 MB each
+        at = page().run()
+        body = "\n".join(f"visitor {i} line {k}: the quiet river passes the mill at dawn" for k in range(2000))
+        at = ok(upload(at, f"v{i}.txt", body.encode()))
+        at.number_input(key="corpus_limit").set_value(300)
+        at = ok(at.button(key="corpus_run").click().run())
+        jobs.append(next(p for p in work.glob("*.shards") if p not in jobs))
+        del at  # the visitor leaves: nobody holds these results any more
+        gc.collect()
+        time.sleep(0.05)  # distinct folder times for the least-recently-used order
+    before = {p: sorted(f.name for f in p.iterdir()) for p in jobs}
+
+    big = page().run()
+    rows = "text\n" + "\n".join(f"r{k}" for k in range(60_000))  # ~400 KB: the upload itself fits
+    big = upload(big, "big.csv", rows.encode())
+    big.number_input(key="corpus_limit").set_value(1_000_000)
+    big = big.button(key="corpus_run").click().run()
+    assert [e.value for e in big.error] and "space for corpus runs is full" in big.error[0].value
+    assert {p: sorted(f.name for f in p.iterdir()) for p in jobs if p.exists()} == before  # nothing removed
+
+    os.utime(jobs[0])  # visitor 0 came back to look at theirs: now the most recently used
+    small = page().run()
+    body = "\n".join(f"a fourth visitor, line {k}, reads about the mill" for k in range(2000))
+    small = ok(upload(small, "v3.txt", body.encode()))
+    small.number_input(key="corpus_limit").set_value(300)
+    small = ok(small.button(key="corpus_run").click().run())
+    assert jobs[0].exists() and jobs[2].exists() and not jobs[1].exists()  # only the least recently used went
+    assert work_state(work)[0] <= 4.5 * 2**20

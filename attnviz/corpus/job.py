@@ -295,8 +295,10 @@ def estimate(done: int, total: int | None, started: float, done_at_start: int = 
 
 
 def trim(work, budget: int, keep=()) -> int:
-    """Remove what folder ``work`` holds past ``budget`` bytes, never a path in ``keep``: stray files (uploads no
-    session holds) first, then finished jobs, then unfinished ones, oldest first. Returns the bytes it still holds."""
+    """Make folder ``work`` hold at most ``budget`` bytes, never removing a path in ``keep``: stray files (uploads no
+    session holds) first, then finished jobs, then unfinished ones, least recently used first (a folder's time is
+    its last write or view). When removing everything it may would still leave more than ``budget``, it removes
+    nothing. Returns the bytes it still holds."""
     work, keep = Path(work), {Path(k) for k in keep}
 
     def size(p: Path) -> int:
@@ -304,12 +306,14 @@ def trim(work, budget: int, keep=()) -> int:
 
     def rank(p: Path) -> tuple:
         jobs = p.is_dir() and p.name.endswith(".shards")
-        age = (p / "job.json").stat().st_mtime if jobs and (p / "job.json").exists() else p.stat().st_mtime
-        return (jobs, jobs and not _Job(p).record.get("finished"), age)
+        return (jobs, jobs and not _Job(p).record.get("finished"), p.stat().st_mtime)
 
     entries = {p: size(p) for p in work.iterdir()} if work.is_dir() else {}
     used = sum(entries.values())
-    for p in sorted((p for p in entries if p not in keep), key=rank):
+    free = sorted((p for p in entries if p not in keep), key=rank)
+    if used - sum(entries[p] for p in free) > budget:  # cannot fit whatever goes: nobody loses anything
+        return used
+    for p in free:
         if used <= budget:
             break
         if p.is_dir():

@@ -3,12 +3,15 @@
 Visitors' uploads and the shards of their jobs sit in ATTNVIZ_CORPUS_WORK, a 0700 folder of 0600 files. An upload
 stays on disk while a session holds it: the hold is an object in the session's state, whose finaliser removes the
 file once no session holds it (the session ended, chose another file, or its job finished; the page writes it
-again from the uploader if it needs it later). Before a job starts, the folder is trimmed to ATTNVIZ_CORPUS_DISK_MB:
-uploads nobody holds first, then the oldest finished jobs, never a held upload or a running job.
+again from the uploader if it needs it later). A job's results are held the same way while a session shows them.
+Before a job starts, the folder is trimmed to ATTNVIZ_CORPUS_DISK_MB: uploads nobody holds first, then the least
+recently used finished jobs, never a held upload, a shown job or a running one; a run that cannot fit even so is
+refused with nothing removed.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 import weakref
@@ -21,9 +24,10 @@ from attnviz import corpus as cp
 from attnviz import settings
 
 _lock = threading.Lock()
-_held: dict[Path, int] = {}  # upload -> how many sessions hold it
+_held: dict[Path, int] = {}  # upload or shown job's shard folder -> how many sessions hold it
 _running: set[Path] = set()  # shard folders of the jobs running now, all sessions together
 HOLD = "corpus_upload_hold"  # session-state key of this session's hold on its upload
+SHOWN = "corpus_job_hold"  # session-state key of this session's hold on the job whose results it shows
 
 
 def work() -> Path:
@@ -39,24 +43,26 @@ def budget() -> int:
     return int(settings.corpus_disk_mb() * 2**20)
 
 
-def _release(path: Path) -> None:
+def _release(path: Path, remove: bool) -> None:
     with _lock:
         left = _held.get(path, 0) - 1
         if left > 0:
             _held[path] = left
             return
         _held.pop(path, None)
-    path.unlink(missing_ok=True)
+    if remove:
+        path.unlink(missing_ok=True)
 
 
 class _Hold:
-    """One session's hold on one upload; the last hold to go removes the file."""
+    """One session's hold on one path; the last hold on an upload to go removes the file (a job's results stay,
+    for the trim to weigh)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, remove: bool = True):
         self.path = path
         with _lock:
             _held[path] = _held.get(path, 0) + 1
-        weakref.finalize(self, _release, path)
+        weakref.finalize(self, _release, path, remove)
 
 
 def upload_path(up) -> Path:
@@ -80,13 +86,27 @@ def keep(up) -> Path:
     return path
 
 
+def show(out: Path) -> None:
+    """This session shows the results of the job writing to ``out``: they are not trimmed while it does, and count as
+    just used for the least-recently-used order."""
+    folder = cp.shard_dir(out)
+    hold = st.session_state.get(SHOWN)
+    if hold is None or hold.path != folder:
+        st.session_state[SHOWN] = _Hold(folder, remove=False)
+    try:
+        os.utime(folder)
+    except OSError:  # trimmed or never written: nothing to mark
+        pass
+
+
 def let_go() -> None:
     """This session no longer needs its upload on disk (its job finished)."""
     st.session_state.pop(HOLD, None)
 
 
 def make_room(need: int) -> None:
-    """Trim the work folder so ``need`` more bytes fit its budget; a ValueError in plain words when they cannot."""
+    """Trim the work folder so ``need`` more bytes fit its budget; a ValueError in plain words, with nothing removed,
+    when they cannot."""
     with _lock:
         used = cp.trim(work(), budget() - need, set(_held) | _running)
     if used + need > budget():
