@@ -22,6 +22,7 @@ Shape legend, used in comments throughout:
 """
 
 from .backends import DEFAULT_MODEL, list_models, load
+from .backends.lens import from_nnsight, from_transformer_lens
 from .core.outputs import from_attentions
 from .core.trace import AttentionTrace, Seq2SeqTrace
 from .ui.notebook import explorer, head_view, model_view, register as _register_display, show
@@ -31,14 +32,23 @@ _register_display()  # in a notebook kernel, a trace displays itself as the expl
 __version__ = "0.2.0"
 
 
-def trace(text: str, model: str = DEFAULT_MODEL, target: str | None = None):
-    """Run ``model`` on ``text`` and return its AttentionTrace (Seq2SeqTrace for encoder–decoders).
+def trace(text, model=DEFAULT_MODEL, target: str | None = None):
+    """Run ``model`` (a key, or a TransformerLens model) on ``text`` and return its AttentionTrace (Seq2SeqTrace
+    for encoder–decoders). ``text`` may be token ids (a list or a (1, T) tensor), traced as given: specials and all.
 
     ``target`` is the decoder's text for encoder–decoder models; without it the model's own
     greedy output is used.
     """
-    return load(model).trace(text, target)
+    backend = load(model)
+    if isinstance(text, str):
+        return backend.trace(text, target)
+    if not backend.can("token_ids"):
+        raise ValueError(f"{backend.key} traces texts, not token ids: pass a string.")
+    ids = text.reshape(-1).tolist() if hasattr(text, "reshape") else list(text)  # a (1, T) tensor or a list
+    if not all(isinstance(i, int) or hasattr(i, "__index__") for i in ids):
+        raise ValueError("token ids must be whole numbers: pass a string, or a list of ids")
+    return backend.trace_ids([int(i) for i in ids], add_special_tokens=False)
 
 
 __all__ = ["trace", "list_models", "load", "AttentionTrace", "Seq2SeqTrace", "DEFAULT_MODEL", "show", "explorer",
-           "head_view", "model_view", "from_attentions"]
+           "head_view", "model_view", "from_attentions", "from_transformer_lens", "from_nnsight"]

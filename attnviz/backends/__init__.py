@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from contextlib import contextmanager
 from functools import lru_cache
@@ -17,6 +18,9 @@ _importing = threading.Lock()
 _imported = False
 _guard = threading.Lock()  # guards _loading
 _loading: dict[str, list] = {}  # model key -> [its lock, how many threads hold or wait for it]
+# Models loaded as objects (a TransformerLens model), by the key pages and links name them with: kept until the
+# process ends, as the user's own object is.
+_REGISTERED: dict[str, Backend] = {}
 
 
 MAX_KEY = 1024  # characters in a model key: past any hub id (96 a part) or folder path a person types
@@ -76,6 +80,8 @@ def _key_lock(key: str):
 def open_model(key: str) -> Backend:
     """Load the model behind ``key`` (uncached): ``builtin:…``, ``hf:<hub id or folder>``, or a local folder."""
     key = normalise(key)
+    if _REGISTERED.get(key) is not None:
+        return _REGISTERED[key]
     if key in BUILTIN or key.startswith("hf:") or (key and Path(key).expanduser().is_dir()):
         _import_transformers()
         with _key_lock(key):
@@ -95,9 +101,29 @@ def _load(key: str) -> Backend:
     return open_model(key)
 
 
-def load(key: str) -> Backend:
-    """``open_model`` with the last few models kept in memory."""
-    return _load(normalise(key))
+def load(model) -> Backend:
+    """``open_model`` with the last few models kept in memory. A TransformerLens model (an object, not a key)
+    becomes a backend registered under ``lens:<its name>`` (``lens:<name>#2`` for a second of that name)."""
+    if isinstance(model, str):
+        return _load(normalise(model))
+    from .lens import LensBackend, name_of
+
+    with _guard:
+        known = next((b for b in _REGISTERED.values() if b is not None and b.net is model), None)
+        if known is not None:
+            return known
+        key = name_of(model)
+        key = next(k for k in (key if n < 2 else f"{key}#{n}" for n in itertools.count(1)) if k not in _REGISTERED)
+        _REGISTERED[key] = None  # taken while the model is checked
+    try:
+        backend = LensBackend(model, key)
+    except BaseException:
+        with _guard:
+            del _REGISTERED[key]
+        raise
+    with _guard:
+        _REGISTERED[key] = backend
+    return backend
 
 
 __all__ = ["DEFAULT_MODEL", "Backend", "list_models", "normalise", "open_model", "load", "check_text", "encode"]
