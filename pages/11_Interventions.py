@@ -7,7 +7,8 @@ from attnviz.core.budget import check_forwards
 from attnviz.figures.analysis import DIVERGING, head_map
 from attnviz.figures.attention import weights_heatmap
 from attnviz.figures.interventions import change_map, clickable_cells, label_bars, next_token_bars, top_k_bars
-from attnviz.analysis.interventions import LabelProb, LogitDiff, describe, kind_of, patch_heads, run
+from attnviz.analysis.interventions import (LabelProb, LogitDiff, describe, kind_of, patch_heads, run,
+                                            to_nnsight, transformer_lens_code)
 from attnviz.settings import max_forwards
 from attnviz.core.tokens import labels
 from attnviz.ui import interventions as ui
@@ -61,6 +62,11 @@ else:
 ui.controls(layer, head, T, names)
 if found:
     st.markdown("\n".join(f"- {plain(describe(e))}" for e in found))
+    with st.expander("The same edits in TransformerLens or nnsight"):
+        st.caption("TransformerLens: `model` is your HookedTransformer or TransformerBridge. nnsight: a Hugging Face "
+                   "model loaded with attn_implementation=\"eager\" (the module path fits Llama-style models).")
+        st.code(transformer_lens_code(found), language="python")
+        st.code(to_nnsight(found, n_layers=L), language="python")
 
 effect = ui.effect(f.key, f.model, f.text, found)
 st.header("What the model outputs")
