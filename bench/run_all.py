@@ -20,7 +20,7 @@ from server import short
 # In order: payload writes bertviz's HTML that browser opens.
 SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "page_payload", "analysis_speed",
            "on_demand", "corpus", "long_browser", "cold_memory", "dtype_memory", "interventions", "notebook_payload",
-           "faithfulness"]
+           "faithfulness", "lens_payload"]
 MINILM = "builtin:minilm"
 
 
@@ -107,6 +107,11 @@ def targets() -> list[list]:
     span = f"{grown['n_small']:,} → {grown['n_big']:,}" if grown else "1,000 → 10,000"
     add(f"corpus RSS growth, {span} texts", grown and grown["growth_mb"] * MB, 100 * MB,
         lambda v: v <= 100 * MB, lambda v: f"{mb(v)} MB")
+    lens = {r["what"].split(":")[0]: r["bytes"] for r in (load("lens_payload") or {}).get("rows", [])}
+    peer = lens.get("CircuitsVis attention_patterns, one layer (CDN HTML)")  # issue 54: beside CircuitsVis
+    ours = lens.get("attnviz explorer, cache with hook_q/hook_k")
+    add("explorer on a 1,024-token TransformerLens cache (every layer) / CircuitsVis, one layer",
+        ours and peer and ours / peer, 1.0, lambda v: v < 1.0, lambda v: f"{v:.4f}×")
     return rows
 
 
