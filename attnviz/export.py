@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import zipfile
 from pathlib import Path
@@ -16,6 +17,7 @@ import numpy as np
 
 from .core.tokens import labels
 from .core.trace import AttentionTrace, Seq2SeqTrace
+from .core.weights import given_weights
 
 FORMAT = "attnviz.trace"
 VERSION = 1
@@ -81,7 +83,6 @@ def to_npz(trace, extra: dict | None = None) -> bytes:
 
 
 MAX_NPZ_MB = 512  # the most a trace file may hold once decompressed (a 512-token BERT-base trace: ~160 MB)
-ROW_TOLERANCE = 1e-3  # float32 rows of up to a few thousand weights sum to 1 within this
 _META_FIELDS = {"model": str, "kind": str, "text": str, "truncated": int, "tokens": list, "norms": list,
                 "hidden_states": bool}
 
@@ -117,26 +118,22 @@ def _member_sizes(zf, max_bytes: int) -> None:
                          f"file (raise it with from_npz(..., max_mb=…))")
 
 
-def _weights(files, name: str) -> np.ndarray:
-    """Member ``name``: real, finite, non-negative weights whose rows sum to 1 (or 0 where fully masked)."""
-    a = _member(files, name)
-    if a.dtype.kind != "f" or a.ndim != 4:
-        raise _bad(f"{name} must be real floating-point weights of 4 dimensions, not {a.dtype} of shape {a.shape}")
-    if not np.isfinite(a).all():
-        raise _bad(f"{name} holds NaN or infinite values")
-    if (a < 0).any():
-        raise _bad(f"{name} holds negative weights")
-    sums = a.sum(-1, dtype=np.float64)
-    if not (np.isclose(sums, 1, atol=ROW_TOLERANCE, rtol=0) | (sums == 0)).all():
-        raise _bad(f"rows of {name} must sum to 1 (0 where fully masked)")
-    return a
+def _weights(files, name: str, max_mb: float) -> np.ndarray:
+    """Member ``name``: (L, H, Tq, Tk) weights checked as given weights are (``given_weights``), read-only float32."""
+    a = _member(files, name, finite=False)  # given_weights says where a NaN is
+    if a.ndim != 4:
+        raise _bad(f"{name} must be weights of 4 dimensions (layers, heads, queries, keys), not of shape {a.shape}")
+    try:
+        return given_weights(list(a), name, max_mb, "raise it with from_npz(..., max_mb=…)")
+    except ValueError as e:
+        raise _bad(str(e)) from None
 
 
-def _member(files, name: str) -> np.ndarray:
+def _member(files, name: str, finite: bool = True) -> np.ndarray:
     if name not in files.files:
         raise _bad(f"it has no {name!r} member")
     a = files[name]
-    if a.dtype.kind in "fc" and not np.isfinite(a).all():
+    if finite and a.dtype.kind in "fc" and not np.isfinite(a).all():
         raise _bad(f"{name} holds NaN or infinite values")
     return a
 
@@ -153,11 +150,11 @@ def _stack_meta_ok(meta, where: str) -> dict:
     return meta
 
 
-def _stack_from(files, meta, prefix: str = "", where: str = "meta") -> AttentionTrace:
+def _stack_from(files, meta, max_mb: float, prefix: str = "", where: str = "meta") -> AttentionTrace:
     meta = _stack_meta_ok(meta, where)
     return AttentionTrace(
         tokens=meta["tokens"],
-        attentions=_weights(files, prefix + "attentions"),
+        attentions=_weights(files, prefix + "attentions", max_mb),
         hidden_states=_member(files, prefix + "hidden_states") if meta["hidden_states"] else None,
         norms={k: _member(files, f"{prefix}norms/{k}") for k in meta["norms"]},
         special=_member(files, prefix + "special"),
@@ -167,6 +164,12 @@ def _stack_from(files, meta, prefix: str = "", where: str = "meta") -> Attention
         text=meta["text"],
         truncated=meta["truncated"],
     )
+
+
+def _file_name(source) -> str:
+    """The file ``from_npz`` reads, as a message names it: its name, or "this .npz" for bytes."""
+    name = source if isinstance(source, (str, os.PathLike)) else getattr(source, "name", None)
+    return f"{os.fspath(name)!r}" if isinstance(name, (str, os.PathLike)) else "this .npz"
 
 
 def from_npz(source, max_mb: float = MAX_NPZ_MB) -> AttentionTrace | Seq2SeqTrace:
@@ -191,6 +194,9 @@ def from_npz(source, max_mb: float = MAX_NPZ_MB) -> AttentionTrace | Seq2SeqTrac
             meta = json.loads(str(files["meta"]))
         except json.JSONDecodeError as e:
             raise _bad(f"its meta is not JSON ({e})") from None
+        except RecursionError:  # json.loads recurses once per nesting level: 100,000 '[' overflow the stack
+            raise ValueError(f"{_file_name(source)} is not a valid attnviz trace: its meta nests JSON lists or "
+                             "objects too deeply to be a trace's description") from None
         if not isinstance(meta, dict):
             raise _bad("its meta is not a JSON object")
         if meta.get("format") != FORMAT or meta.get("version") != VERSION:
@@ -199,12 +205,12 @@ def from_npz(source, max_mb: float = MAX_NPZ_MB) -> AttentionTrace | Seq2SeqTrac
             if not isinstance(meta.get("generated"), bool):
                 raise _bad("meta field 'generated' must be bool")
             return Seq2SeqTrace(
-                encoder=_stack_from(files, meta.get("encoder"), "encoder/", "encoder meta"),
-                decoder=_stack_from(files, meta.get("decoder"), "decoder/", "decoder meta"),
-                cross_attentions=_weights(files, "cross_attentions"),
+                encoder=_stack_from(files, meta.get("encoder"), max_mb, "encoder/", "encoder meta"),
+                decoder=_stack_from(files, meta.get("decoder"), max_mb, "decoder/", "decoder meta"),
+                cross_attentions=_weights(files, "cross_attentions", max_mb),
                 generated=meta["generated"],
             )
-        return _stack_from(files, meta)
+        return _stack_from(files, meta, max_mb)
 
 
 def head_matrix(trace, layer: int, head: int | None, stack: str = "encoder") -> tuple[np.ndarray, list, list]:
@@ -297,3 +303,4 @@ def write_figure(fig, path, offline: bool = True) -> Path:
                          "or set BROWSER_PATH); .html needs neither")
     path.write_bytes(fig.to_image(format=ext, scale=1 if ext != "png" else 2))
     return path
+

@@ -54,12 +54,15 @@ def test_a_valid_file_with_fully_masked_rows_reads_back(members):
     np.testing.assert_array_equal(back.attentions, a)
 
 
-BAD_WEIGHTS = {
-    "nan": (lambda a: a.__setitem__((0, 0, 0, 0), np.nan), "attentions holds NaN or infinite values"),
-    "inf": (lambda a: a.__setitem__((1, 2, 3, 4), np.inf), "attentions holds NaN or infinite values"),
+BAD_WEIGHTS = {  # the checks of attnviz.from_attentions too (core.weights.given_weights): tests/test_hostile_input.py
+    "nan": (lambda a: a.__setitem__((0, 0, 0, 0), np.nan),
+            "attentions holds NaN or infinite values (first in layer 0, head 0, query 0)"),
+    "inf": (lambda a: a.__setitem__((1, 2, 3, 4), np.inf),
+            "attentions holds NaN or infinite values (first in layer 1, head 2, query 3)"),
     "negative": (lambda a: (a.__setitem__((0, 1, 2, 3), -0.5), a.__setitem__((0, 1, 2, 4), a[0, 1, 2, 4] + 0.5)),
-                 "attentions holds negative weights"),
-    "rows": (lambda a: a.__imul__(0.5), "rows of attentions must sum to 1 (0 where fully masked)"),
+                 "attentions holds negative weights (first in layer 0, head 1, query 2)"),
+    "rows": (lambda a: a.__imul__(0.5),
+             "rows of attentions must sum to 1 within 0.001 (0 where fully masked); layer 0, head 0, query 0 sums to 0.5"),
 }
 
 

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import settings
 from .trace import AttentionTrace, Seq2SeqTrace
+from .weights import given_weights
 
 SPECIALS = ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]", "<s>", "</s>", "<pad>", "<unk>", "<mask>",
             "<|endoftext|>", "<bos>", "<eos>")
 
 
 def stacked(attention, what: str = "attention") -> np.ndarray:
-    """(L, H, Tq, Tk) float32 from a tuple of per-layer (1, H, Tq, Tk) tensors or arrays (or one such array)."""
+    """(L, H, Tq, Tk) float32 from a tuple of per-layer (1, H, Tq, Tk) tensors or arrays (or one such array),
+    checked as a file's weights are (``given_weights``): within ATTNVIZ_MAX_DENSE_MB, finite, rows summing to 1."""
     if isinstance(attention, (tuple, list)) and len(attention) == 0:
         raise ValueError(
             f"{what} is an empty tuple. Most likely it is outputs[-1] of an encoder (bertviz's README code): under "
@@ -28,21 +31,23 @@ def stacked(attention, what: str = "attention") -> np.ndarray:
             f"{what} holds no weights: run the model with output_attentions=True, loaded with "
             "attn_implementation=\"eager\" (SDPA and flash attention return none)")
     layers = attention if isinstance(attention, (tuple, list)) else [attention[i] for i in range(len(attention))]
-    arrays = []
+    heads = []
     for i, a in enumerate(layers):
-        if hasattr(a, "detach"):  # a torch tensor, maybe on a GPU or in half precision
-            a = a.detach().float().cpu().numpy()
-        a = np.asarray(a, np.float32)
+        if not hasattr(a, "shape"):  # nested lists: already in memory, as Python numbers
+            a = np.asarray(a)
         if a.ndim == 4 and a.shape[0] != 1:
             raise ValueError(f"{what}[{i}] holds a batch of {a.shape[0]} texts: pass one text (batch size 1)")
         if a.ndim == 4:
-            a = a[0]  # (H, Tq, Tk)
+            a = a[0]  # (H, Tq, Tk), a view: nothing is copied before the size is checked
         if a.ndim != 3:
-            raise ValueError(f"{what}[{i}] must be (1, heads, queries, keys), got shape {a.shape}")
-        arrays.append(a)
-    if len({a.shape for a in arrays}) != 1:
-        raise ValueError(f"every layer of {what} must have the same shape, got {sorted({a.shape for a in arrays})}")
-    return np.stack(arrays)  # (L, H, Tq, Tk)
+            raise ValueError(f"{what}[{i}] must be (1, heads, queries, keys), got shape {tuple(a.shape)}")
+        heads.append(a)
+    shapes = {tuple(a.shape) for a in heads}
+    if len(shapes) != 1:
+        raise ValueError(f"every layer of {what} must have the same shape, got {sorted(shapes)}")
+    return given_weights(heads, what, settings.max_dense_mb(),  # (L, H, Tq, Tk)
+                         "give fewer layers or tokens, trace the text with attnviz.trace(text, model) (heads "
+                         "computed on demand), or raise ATTNVIZ_MAX_DENSE_MB")
 
 
 def is_causal(attn: np.ndarray) -> bool:

@@ -283,6 +283,56 @@ def frozen(a, dtype=None) -> np.ndarray:
     return a
 
 
+ROW_TOLERANCE = 1e-3  # float32 rows of up to a few thousand weights sum to 1 within this (a coarser dtype: its eps)
+
+
+def given_weights(layers, what: str, max_mb: float, raise_with: str) -> np.ndarray:
+    """(L, H, Tq, Tk) float32, read-only, from L same-shaped (H, Tq, Tk) layers given from outside (numpy arrays,
+    or torch tensors of any device and dtype): the one check of weights attnviz did not compute.
+
+    Their size as float32 is counted from the shapes before anything is copied (a stride-0 tensor declares
+    terabytes in a few bytes); then each layer must be real and finite, non-negative, its rows summing to 1
+    within ROW_TOLERANCE (or the input dtype's resolution, if coarser: bfloat16) or to 0 where fully masked.
+    A ValueError names what is wrong and where; ``raise_with`` says what to do about a size over ``max_mb``.
+    """
+    if not len(layers):
+        raise ValueError(f"{what} holds no layers")
+    L, (H, Tq, Tk) = len(layers), tuple(layers[0].shape)
+    mb = L * H * Tq * Tk * 4 / 2**20  # Python ints: no overflow, nothing allocated
+    if mb > max_mb:
+        raise ValueError(f"{what} would take {mb:,.0f} MB as float32 ({L}×{H} heads of {Tq:,}×{Tk:,} tokens), over "
+                         f"the {max_mb:,.0f} MB limit: {raise_with}")
+    out = np.empty((L, H, Tq, Tk), np.float32)
+    for layer, a in enumerate(layers):
+        tensor = isinstance(a, torch.Tensor)
+        a = a if tensor else np.asarray(a)
+        if not (a.dtype.is_floating_point if tensor else a.dtype.kind == "f"):
+            raise ValueError(f"{what} must be real floating-point weights, not {a.dtype}")
+        eps = float((torch.finfo if tensor else np.finfo)(a.dtype).eps)
+        out[layer] = a.detach().to("cpu", torch.float32).numpy() if tensor else a  # one layer converted at a time
+        _check_layer(out[layer], what, layer, max(ROW_TOLERANCE, eps))
+    out.setflags(write=False)
+    return out
+
+
+def _check_layer(a: np.ndarray, what: str, layer: int, tolerance: float) -> None:
+    """A ValueError at the first bad weight of one (H, Tq, Tk) layer, by head and query."""
+    def where(bad: np.ndarray) -> str:
+        head, query = np.argwhere(bad)[0][:2]
+        return f" (first in layer {layer}, head {head}, query {query})"
+
+    if not np.isfinite(a).all():
+        raise ValueError(f"{what} holds NaN or infinite values" + where(~np.isfinite(a)))
+    if (a < 0).any():
+        raise ValueError(f"{what} holds negative weights" + where(a < 0))
+    sums = a.sum(-1, dtype=np.float64)  # (H, Tq)
+    off = ~(np.isclose(sums, 1, atol=tolerance, rtol=0) | (sums == 0))
+    if off.any():
+        head, query = np.argwhere(off)[0]
+        raise ValueError(f"rows of {what} must sum to 1 within {tolerance:.3g} (0 where fully masked); layer {layer}, "
+                         f"head {head}, query {query} sums to {sums[head, query]:.6g}")
+
+
 def rows_per_tile(n_heads: int, n_keys: int, block: int = 1, smaller: int = 1, larger: int = 1) -> int:
     """The query rows one tile of ``n_heads`` heads over ``n_keys`` keys holds: as many as fit TILE_FLOATS
     (``smaller`` times fewer, for a tile that many passes read; ``larger`` times more, for a forward's survey),
