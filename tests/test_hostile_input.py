@@ -13,6 +13,8 @@ import torch
 
 import attnviz
 from attnviz.export import from_npz, to_npz
+from attnviz.ui.frame import MAX_UPLOAD_BYTES
+from helpers import open_page
 
 DEEP = "[" * 100_000 + "]" * 100_000  # json.loads recurses once a level: RecursionError, unless caught
 
@@ -169,3 +171,35 @@ def test_an_npz_whose_meta_nests_100000_deep_is_refused_naming_the_file(tmp_path
     with pytest.raises(ValueError) as refused:
         from_npz(path.read_bytes())
     assert str(refused.value) == f"this .npz {words}"
+
+
+def shown(markdown: str) -> str:
+    """A message as the page shows it: Markdown's backslash escapes read."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
+def upload(size: int):
+    """The home page after a visitor uploads a .txt of ``size`` bytes in the sidebar (real Streamlit, AppTest)."""
+    at = open_page("app.py", text="The text box's own sentence.")
+    at.file_uploader(key="upload").set_value(("notes.txt", b"a" * size, "text/plain")).run()
+    assert not at.exception
+    return at
+
+
+def test_the_sidebar_upload_states_the_limit_it_enforces_in_mb_of_a_million_bytes():
+    """Streamlit 1.67's browser refuses more than max_upload_size × 1000² bytes (outside Windows) as "File must be
+    2.0MB or smaller": the app states that limit, in bytes too, and refuses a byte more itself."""
+    at = open_page("app.py")
+    (uploader,) = at.sidebar.get("file_uploader")
+    assert uploader.proto.max_upload_size_mb * 10**6 == MAX_UPLOAD_BYTES == 2_000_000
+    assert uploader.proto.help.startswith("A document of up to 2 MB (2,000,000 bytes) replaces the text box's text")
+
+    at = upload(MAX_UPLOAD_BYTES)  # just under: read
+    assert not at.error
+    assert any(c.value.startswith("Showing the uploaded document: 2,000,000 characters") for c in at.caption)
+    for size in (MAX_UPLOAD_BYTES + 1, 2_002_780):  # just over, and the probe's 1.91 MiB
+        at = upload(size)
+        assert [shown(e.value) for e in at.error] == [
+            f"'notes.txt' is {size:,} bytes, over the 2 MB (2,000,000 bytes) this page takes. The text box's text "
+            "is shown instead."]
+        assert not any(c.value.startswith("Showing the uploaded document") for c in at.caption)

@@ -44,6 +44,6 @@ def test_a_file_that_is_not_utf8_or_too_big_is_refused_in_plain_words():
     assert f"· {attnviz.trace(BOX).n_tokens} tokens" in status(at)
     at = upload("app.py", "big.txt", b"a " * (MAX_UPLOAD_BYTES // 2 + 1))
     assert not at.exception
-    assert [e.value for e in at.error] == ["'big.txt' is 2.0 MB; this page takes files up to 2 MB. "
-                                           "The text box's text is shown instead."]
+    assert [e.value for e in at.error] == ["'big.txt' is 2,000,002 bytes, over the 2 MB (2,000,000 bytes) this page "
+                                           "takes. The text box's text is shown instead."]
     assert f"· {attnviz.trace(BOX).n_tokens} tokens" in status(at)

@@ -226,20 +226,26 @@ def _model_changed() -> None:
         st.session_state["text"] = next(iter(ours.values()))
 
 
-MAX_UPLOAD_BYTES = 2 * 2**20  # a .txt or .md of 2 MB is far more text than 16,384 tokens
+# The sidebar's upload limit, in MB of 10^6 bytes: a .txt or .md of 2 MB is far more text than 16,384 tokens. Decimal
+# because Streamlit 1.67's browser uploader counts a widget's max_upload_size in units of 1000² bytes (1024² on
+# Windows only) and refuses more as "File must be 2.0MB or smaller"; this page states that limit in bytes and
+# enforces it (a Windows browser lets up to 2 MiB through). server.maxUploadSize, by contrast, is in MiB.
+MAX_UPLOAD_MB = 2
+MAX_UPLOAD_BYTES = MAX_UPLOAD_MB * 10**6
 
 
 def uploaded_text(text: str) -> str:
     """The uploaded file's text when there is one (a plain message when it cannot be read), else ``text``."""
     file = st.file_uploader("…or upload a document (.txt, .md)", type=["txt", "md"], key="upload",
-                            max_upload_size=MAX_UPLOAD_BYTES // 2**20,  # refused before it is buffered
-                            help="An uploaded document replaces the text box's text (which takes at most "
+                            max_upload_size=MAX_UPLOAD_MB,  # refused in the browser before it is sent
+                            help=f"A document of up to {MAX_UPLOAD_MB} MB ({MAX_UPLOAD_BYTES:,} bytes) replaces the "
+                                 "text box's text (which takes at most "
                                  f"{share.max_chars():,} characters); links cannot carry it.")
     if file is None:
         return text
     if file.size > MAX_UPLOAD_BYTES:
-        st.error(f"{file.name!r} is {file.size / 2**20:.1f} MB; this page takes files up to "
-                 f"{MAX_UPLOAD_BYTES / 2**20:.0f} MB. The text box's text is shown instead.")
+        st.error(f"{file.name!r} is {file.size:,} bytes, over the {MAX_UPLOAD_MB} MB ({MAX_UPLOAD_BYTES:,} bytes) "
+                 "this page takes. The text box's text is shown instead.")
         return text
     try:
         body = file.getvalue().decode("utf-8")
