@@ -21,7 +21,7 @@ from attnviz.figures.common import safe
 from attnviz.core.tokens import clean, labels
 from attnviz.ui.long import CELLS
 from attnviz.settings import DEFAULT_MAX_CHARS
-from helpers import chart_specs, open_page
+from helpers import chart_specs, ok, open_page
 
 ROOT = Path(__file__).resolve().parent.parent
 # Every page file but the old Long text page's, a redirect to the Attention page (its links: tests/test_attention_long.py)
@@ -145,7 +145,14 @@ def test_typed_text(page, case):
         assert not at.get("plotly_chart")
         assert at.text_area(key="text").value == text
         return
-    kept = text[:DEFAULT_MAX_CHARS]  # the server keeps 20,000 characters (the browser refuses a longer paste)
+    if len(text) > DEFAULT_MAX_CHARS:  # refused whole: the box keeps its text, and the main area says so
+        assert not at.exception and not at.error and at.text_area(key="text").value == DEFAULT_TEXT
+        (said,) = [w.value for w in at.main.warning]
+        assert f"The paste of {len(text):,} characters is over the {DEFAULT_MAX_CHARS:,}" in said
+        assert f"· {attnviz.trace(DEFAULT_TEXT).n_tokens} tokens" in at.caption[0].value
+        assert not ok(at.run()).warning  # said once
+        return
+    kept = text
     assert_kept(at, kept, (UNKNOWN,) if case in UNKNOWN_CASES else ())
     ref = attnviz.trace(kept)
     status = at.caption[0].value

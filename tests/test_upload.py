@@ -40,10 +40,12 @@ def test_a_long_upload_opens_the_attention_pages_long_view():
 def test_a_file_that_is_not_utf8_or_too_big_is_refused_in_plain_words():
     at = upload("app.py", "latin.txt", "café".encode("latin-1"))
     assert not at.exception
-    assert [e.value for e in at.error] == ["'latin.txt' is not UTF-8 text. The text box's text is shown instead."]
+    # in the main area, where the user looks, not at the bottom of the sidebar
+    assert [e.value for e in at.main.error] == ["'latin.txt' is not UTF-8 text (a binary file?). The text box's text "
+                                                "is shown instead."] and not at.sidebar.error
     assert f"· {attnviz.trace(BOX).n_tokens} tokens" in status(at)
     at = upload("app.py", "big.txt", b"a " * (MAX_UPLOAD_BYTES // 2 + 1))
     assert not at.exception
-    assert [e.value for e in at.error] == ["'big.txt' is 2,000,002 bytes, over the 2 MB (2,000,000 bytes) this page "
-                                           "takes. The text box's text is shown instead."]
+    assert [e.value for e in at.main.error] == ["'big.txt' is 2,000,002 bytes, over the 2 MB (2,000,000 bytes) this "
+                                                "page takes. The text box's text is shown instead."]
     assert f"· {attnviz.trace(BOX).n_tokens} tokens" in status(at)

@@ -234,8 +234,9 @@ MAX_UPLOAD_MB = 2
 MAX_UPLOAD_BYTES = MAX_UPLOAD_MB * 10**6
 
 
-def uploaded_text(text: str) -> str:
-    """The uploaded file's text when there is one (a plain message when it cannot be read), else ``text``."""
+def uploaded_text(text: str, notes=st) -> str:
+    """The uploaded file's text when there is one (a plain message in ``notes`` when it cannot be read), else
+    ``text``."""
     file = st.file_uploader("…or upload a document (.txt, .md)", type=["txt", "md"], key="upload",
                             max_upload_size=MAX_UPLOAD_MB,  # refused in the browser before it is sent
                             help=f"A document of up to {MAX_UPLOAD_MB} MB ({MAX_UPLOAD_BYTES:,} bytes) replaces the "
@@ -244,13 +245,14 @@ def uploaded_text(text: str) -> str:
     if file is None:
         return text
     if file.size > MAX_UPLOAD_BYTES:
-        st.error(f"{file.name!r} is {file.size:,} bytes, over the {MAX_UPLOAD_MB} MB ({MAX_UPLOAD_BYTES:,} bytes) "
-                 "this page takes. The text box's text is shown instead.")
+        notes.error(plain(f"{file.name!r} is {file.size:,} bytes, over the {MAX_UPLOAD_MB} MB ({MAX_UPLOAD_BYTES:,} "
+                          "bytes) this page takes. The text box's text is shown instead."))
         return text
     try:
         body = file.getvalue().decode("utf-8")
     except UnicodeDecodeError:
-        st.error(f"{file.name!r} is not UTF-8 text. The text box's text is shown instead.")
+        notes.error(plain(f"{file.name!r} is not UTF-8 text (a binary file?). The text box's text is shown "
+                          "instead."))
         return text
     note = f" (its first {MAX_CHARS:,} characters are read)" if len(body) > MAX_CHARS else ""
     st.caption(f"Showing the uploaded document: {len(body):,} characters{note}. A shared link holds the text box's "
@@ -258,9 +260,28 @@ def uploaded_text(text: str) -> str:
     return body
 
 
+_LAST_TEXT = "text_within_limit"  # session-state key: the text box's last text within the limit
+_REFUSED = "text_refused"  # session-state key: the length of a paste the box refused, said once in the main area
+
+
+def _text_changed() -> None:
+    """A paste over the limit is refused whole: the box keeps its text, and the page says so where the user looks
+    (the browser used to refuse it, with no word to the server)."""
+    text = st.session_state.get("text") or ""
+    if len(text) > share.max_chars():
+        st.session_state["text"] = st.session_state.get(_LAST_TEXT, "")
+        st.session_state[_REFUSED] = len(text)
+
+
 def sidebar() -> tuple[str, str]:
     """Model picker, samples, text box and upload; returns (model key, text): an uploaded document's text, when
-    one is uploaded."""
+    one is uploaded. What the text box or the upload refused is said at the top of the main area."""
+    notes = st.container()
+    refused = st.session_state.pop(_REFUSED, None)
+    if refused is not None:
+        notes.warning(f"The paste of {refused:,} characters is over the {share.max_chars():,} the text box takes, so "
+                      "the box keeps its earlier text. A longer document goes in the sidebar's upload, under the "
+                      "text box.", icon=":material/content_paste_off:")
     with st.sidebar:
         key = st.selectbox(
             "Model",
@@ -278,15 +299,16 @@ def sidebar() -> tuple[str, str]:
         if "text" not in st.session_state and "text" not in st.query_params:
             st.session_state["text"] = next(iter(samples_for(key or DEFAULT_MODEL).values()))
         text = st.text_area(
-            "Text", key="text", height=160, bind="query-params", max_chars=share.max_chars(),
+            "Text", key="text", height=160, bind="query-params", on_change=_text_changed,
             help=f"Press Ctrl+Enter (or click outside) to run. At most {share.max_chars():,} characters: "
                  "a longer paste is refused whole.",
         )
-        # The browser refuses a longer paste whole, without telling the server: say so before it happens (in grey
-        # Markdown, not a caption: the page's first caption is its status line).
+        # Say so before it happens too (in grey Markdown, not a caption: the page's first caption is its status
+        # line).
         st.markdown(f":gray[A paste over {share.max_chars():,} characters is refused whole and the box keeps its "
                     "text; a longer document goes in the upload below.]")
-        text = uploaded_text(text)
+        st.session_state[_LAST_TEXT] = text
+        text = uploaded_text(text, notes)
     return (key or DEFAULT_MODEL), text
 
 

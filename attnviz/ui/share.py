@@ -190,9 +190,9 @@ def check_link(key: str, default: str, load) -> None:
                 _fall_back("model", default, f"The link's model {code(key)} could not be opened{why}. "
                                              f"Showing {default}.")
     text, limit = _raw("text"), max_chars()
-    if text and len(text[-1]) > limit:
-        note(f"The link's text has {len(text[-1]):,} characters; this app takes at most {limit:,}, "
-             f"so only the first {limit:,} are used.")
+    if text and len(text[-1]) > limit and len(st.session_state.get("text") or "") > limit:  # the box takes no more
+        _fall_back("text", text[-1][:limit], f"The link's text has {len(text[-1]):,} characters; this app takes at "
+                                             f"most {limit:,}, so only the first {limit:,} are used.")
 
 
 def check_link_index(name: str, value, count: int) -> None:
