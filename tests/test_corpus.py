@@ -191,3 +191,34 @@ def test_cli_corpus(tmp_path, capsys):
     assert err.count("\n") == 1 and "no column 'text'" in err
     assert main(["corpus", "--input", str(CORPUS), "--out", str(tmp_path / "x.json")]) == 2
     assert main(["corpus", "--input", str(CORPUS), "--out", str(out), "--model", "nope"]) == 2
+
+
+@pytest.mark.parametrize("values, kind", [
+    ([["a", "b"], ["c"]], "list<element: string>"),
+    ([{"body": "a"}, {"body": "b"}], "struct<body: string>"),
+    ([1, 2], "int64"),
+])
+def test_a_parquet_column_that_does_not_hold_text_is_refused_by_name_and_type(tmp_path, values, kind, capsys):
+    path = tmp_path / "nested.parquet"
+    pd.DataFrame({"text": values}).to_parquet(path)
+    with pytest.raises(ValueError, match=rf"^nested.parquet: its column 'text' holds {kind}, not text$"):
+        list(cp.Corpus(path))
+    out = tmp_path / "stats.parquet"
+    assert main(["corpus", "--input", str(path), "--out", str(out)]) == 2  # the CLI says the same in one line
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"holds {kind}, not text" in err
+
+
+def test_a_categorical_parquet_column_reads_as_its_texts(tmp_path):
+    texts = ["one text", "another text", "one text"]
+    pd.DataFrame({"text": pd.Categorical(texts)}).to_parquet(tmp_path / "c.parquet")
+    assert list(cp.Corpus(tmp_path / "c.parquet")) == texts
+
+
+def test_a_bad_byte_past_the_checked_start_is_named_with_the_file(tmp_path, capsys):
+    path = tmp_path / "late.csv"
+    path.write_bytes(b"text\n" + b"a fine line of text\n" * 5000 + b"caf\xe9\n")  # past the first 64 KB
+    with pytest.raises(ValueError, match=r"^late.csv is not UTF-8 text \(byte 100,008: invalid continuation byte\)$"):
+        list(cp.Corpus(path))
+    assert main(["corpus", "--input", str(path), "--out", str(tmp_path / "s.parquet")]) == 2
+    assert "late.csv is not UTF-8 text" in capsys.readouterr().err

@@ -265,3 +265,63 @@ def test_a_refused_run_removes_nothing_and_a_run_that_fits_removes_only_the_leas
     small = ok(small.button(key="corpus_run").click().run())
     assert jobs[0].exists() and jobs[2].exists() and not jobs[1].exists()  # only the least recently used went
     assert work_state(work)[0] <= 4.5 * 2**20
+
+
+def lie_about_size(path: Path, declared: int = 1000) -> Path:
+    """Edit the Parquet footer so that the column chunk claims ``declared`` bytes uncompressed (the probe's edit): the
+    value's zigzag varint is replaced by a padded varint of the same length, which Thrift reads as ``declared``."""
+    data = bytearray(path.read_bytes())
+    meta = pq.ParquetFile(path).metadata.row_group(0).column(0)
+
+    def varint(n: int, width: int | None = None) -> bytes:
+        out = []
+        while True:
+            out.append(n & 0x7F)
+            n >>= 7
+            if not n and (width is None or len(out) >= width):
+                break
+        return bytes(b | 0x80 for b in out[:-1]) + bytes(out[-1:])
+
+    true = varint(meta.total_uncompressed_size * 2)  # zigzag of a positive i64
+    length = int.from_bytes(data[-8:-4], "little")
+    footer = bytes(data[-8 - length:-8])
+    assert footer.count(true) >= 1
+    at = len(data) - 8 - length + footer.index(true)
+    data[at:at + len(true)] = varint(declared * 2, len(true))
+    path.write_bytes(bytes(data))
+    assert pq.ParquetFile(path).metadata.row_group(0).column(0).total_uncompressed_size == declared
+    return path
+
+
+@pytest.mark.parametrize("pages, message", [
+    ("a page a row", "visitor.parquet holds more than 50 MB of text by row 101, the most taken here"),
+    ("one page", "visitor.parquet: a page of its column 'text' decodes to 300 MB, over the 50 MB taken here"),
+])
+def test_a_parquet_file_that_understates_its_size_is_refused_within_the_budget(tmp_path, pages, message):
+    """The probe's file, scaled: 600 rows of ~0.5 MB whose footer declares 1,000 bytes. Read with a 50 MB budget in a
+    fresh process, it is refused by row 101 (or, written as one page, by its page's own header) while the reader's
+    peak memory grows by a few rows, not by the 300 MB it holds."""
+    path = tmp_path / "liar.parquet"
+    pq.write_table(pa.table({"text": [("x" * 499_990) + f"{i:010d}" for i in range(600)]}), path,
+                   compression="zstd", use_dictionary=False, write_batch_size=1 if pages == "a page a row" else 1024)
+    lie_about_size(path)
+    assert path.stat().st_size < 2_000_000
+    script = textwrap.dedent(f"""
+        import json, resource
+        import pyarrow, pyarrow.compute, pyarrow.parquet
+        from attnviz import corpus as cp
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        try:
+            for _ in cp.Corpus({str(path)!r}, name="visitor.parquet", max_bytes=50_000_000):
+                pass
+            message = None
+        except ValueError as e:
+            message = str(e)
+        grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
+        print(json.dumps({{"message": message, "grew": grew}}))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["message"] == message, got
+    assert got["grew"] < 60, got  # MB; 300 MB decoded at once before reads were sized by decoded rows and pages

@@ -6,6 +6,7 @@ over the limits is refused in one line that names the file.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
 import json
@@ -18,7 +19,9 @@ from ..backends.common import check_text
 
 FORMATS = (".txt", ".csv", ".jsonl", ".parquet")
 MAX_TEXT_CHARS = 1_000_000  # one text (a line, a field) longer than this is a broken file, not a text
-READ_BYTES = 4 << 20  # what one read of a Parquet file may decode at once, by its own metadata
+MAX_TEXT_BYTES = 4 * MAX_TEXT_CHARS  # the most UTF-8 such a text can take
+READ_BYTES = 4 << 20  # what one read of a Parquet file aims to decode, judged by the rows read before it
+BATCH_BYTES = 256 << 20  # with no budget for the file, the most one read may decode at MAX_TEXT_BYTES a row
 
 
 
@@ -62,15 +65,22 @@ class Corpus:
         if self.format == ".txt":
             return
         if self.format == ".parquet":
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
             try:
                 with pq.ParquetFile(self.path) as f:
-                    names, meta = f.schema_arrow.names, f.metadata
+                    schema, meta = f.schema_arrow, f.metadata
             except Exception as e:
                 raise ValueError(f"{self.name} is not a Parquet file: {e}") from None
+            names = schema.names
             if self.column in names:
+                kind = schema.field(self.column).type
+                text = kind.value_type if pa.types.is_dictionary(kind) else kind
+                if not (pa.types.is_string(text) or pa.types.is_large_string(text)):
+                    raise ValueError(f"{self.name}: its column {self.column!r} holds {kind}, not text")
                 self._check_sizes(meta)
+                self._check_pages(meta)
         elif self.format == ".csv":
             with self._open() as f:
                 names = next(csv.reader(f), [])
@@ -92,39 +102,61 @@ class Corpus:
             raise ValueError(f"{self.name}: its column {self.column!r} holds {declared / 1e6:,.0f} MB uncompressed, "
                              f"over the {self.max_bytes / 1e6:,.0f} MB taken here")
 
+    def _check_pages(self, meta) -> None:
+        """Refuse a Parquet file with a page that decodes to more than the budget: a page is decoded whole, however few
+        of its rows are read. Its header's size binds the decoder (Arrow refuses a page that decodes to another size),
+        so it is the one size in the file that is a fact."""
+        budget = self.max_bytes if self.max_bytes is not None else BATCH_BYTES
+        self.largest_page = 0
+        with self.path.open("rb") as f:
+            for chunk in self._chunks(meta):
+                at = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+                end, values, counted = at + chunk.total_compressed_size, chunk.num_values, 0
+                while at < end and counted < values:
+                    f.seek(at)
+                    header = _PageHeader(f.read(PAGE_HEADER_BYTES))
+                    if header.decoded > budget:
+                        raise ValueError(f"{self.name}: a page of its column {self.column!r} decodes to "
+                                         f"{header.decoded / 1e6:,.0f} MB, over the {budget / 1e6:,.0f} MB taken here")
+                    self.largest_page = max(self.largest_page, header.decoded)
+                    at += header.length + header.stored
+                    counted += header.values
+
     def _parquet(self) -> Iterator:
-        """The column's values, in batches the metadata says decode to about READ_BYTES; each row's size is read
-        from the batch before the row is built, so a small file of huge repeated values never expands."""
+        """The column's values, a few rows at a time. A file's metadata is a claim, not a fact, so how many rows one
+        read decodes comes from the rows already decoded (READ_BYTES over the largest so far) and from what is left of
+        the budget at the most one row can be (its page, or MAX_TEXT_BYTES): any file is refused within its budget."""
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        total, row = 0, 0
-        # read_dictionary: a value repeated in every row stays one copy (a 600-byte file can hold 1 MB rows)
-        with pq.ParquetFile(self.path, read_dictionary=[self.column], pre_buffer=False) as f:
-            for group, chunk in enumerate(self._chunks(f.metadata)):
-                rows = f.metadata.row_group(group).num_rows
-                size = max(chunk.total_compressed_size, chunk.total_uncompressed_size, 1)
-                step = int(min(1024, max(1, READ_BYTES * rows // size)))
-                for batch in f.iter_batches(batch_size=step, row_groups=[group], columns=[self.column]):
-                    values = batch.column(0)
-                    kind = values.type.value_type if pa.types.is_dictionary(values.type) else None
-                    if kind is None or not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-                        row += len(values)
-                        continue  # not text: skipped, as a non-string value is
-                    sizes = pc.take(pc.utf8_length(values.dictionary), values.indices).fill_null(0).to_numpy(
-                        zero_copy_only=False)  # (rows,) characters of each row's text
-                    if len(sizes) and sizes.max() > MAX_TEXT_CHARS:
-                        at = int(sizes.argmax())
-                        raise ValueError(f"{self.name}: row {row + at + 1:,} holds {sizes[at]:,} characters, over "
-                                         f"the {MAX_TEXT_CHARS:,} one text may have")
-                    for i, n in enumerate(sizes.tolist()):
-                        total += n
-                        if self.max_bytes is not None and total > self.max_bytes:
-                            raise ValueError(f"{self.name} holds more than {self.max_bytes / 1e6:,.0f} MB of text by "
-                                             f"row {row + i + 1:,}, the most taken here")
-                        yield values[i].as_py()
-                    row += len(values)
+        total, row, largest = 0, 0, 0
+        row_max = max(1, min(MAX_TEXT_BYTES, self.largest_page))  # no row decodes to more than the page it is in
+
+        def step() -> int:
+            room = (self.max_bytes - total) if self.max_bytes is not None else BATCH_BYTES
+            return int(max(1, min(1024, READ_BYTES // (largest or row_max), room // row_max)))
+
+        with pq.ParquetFile(self.path, pre_buffer=False) as f:
+            f.reader.set_batch_size(step())
+            for batch in f.iter_batches(batch_size=step(), columns=[self.column]):
+                values = batch.column(0)
+                if pa.types.is_dictionary(values.type):  # a categorical column: its rows as values, this batch's only
+                    values = values.dictionary_decode()
+                sizes = pc.utf8_length(values).fill_null(0).to_numpy(zero_copy_only=False)  # (rows,) characters
+                if len(sizes) and sizes.max() > MAX_TEXT_CHARS:
+                    at = int(sizes.argmax())
+                    raise ValueError(f"{self.name}: row {row + at + 1:,} holds {sizes[at]:,} characters, over "
+                                     f"the {MAX_TEXT_CHARS:,} one text may have")
+                for i, (n, text) in enumerate(zip(sizes.tolist(), values.to_pylist())):
+                    total += n
+                    if self.max_bytes is not None and total > self.max_bytes:
+                        raise ValueError(f"{self.name} holds more than {self.max_bytes / 1e6:,.0f} MB of text by "
+                                         f"row {row + i + 1:,}, the most taken here")
+                    yield text
+                row += len(values)
+                largest = max(largest, int(pc.max(pc.binary_length(values)).as_py() or 0), 1)  # bytes
+                f.reader.set_batch_size(step())  # the next read, sized by what this one decoded
 
     def _open(self):
         return self.path.open(encoding="utf-8", newline="")
@@ -175,7 +207,14 @@ class Corpus:
             yield from self._parquet()
 
     def __iter__(self) -> Iterator[str]:
-        for value in self._raw():
+        values = self._raw()
+        while True:
+            try:
+                value = next(values)
+            except StopIteration:
+                return
+            except UnicodeDecodeError as e:  # past the sample checked on opening
+                raise ValueError(f"{self.name} is not UTF-8 text (byte {self._bad_byte():,}: {e.reason})") from None
             if not isinstance(value, str):
                 continue
             if len(value) > MAX_TEXT_CHARS:
@@ -185,10 +224,102 @@ class Corpus:
             except ValueError:  # blank
                 continue
 
+    def _bad_byte(self) -> int:
+        """Where the file's first byte that is not UTF-8 is (a second pass, made only to say so)."""
+        decoder, at = codecs.getincrementaldecoder("utf-8")(), 0
+        with self.path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 16), b""):
+                pending = len(decoder.getstate()[0])  # the start of a character the last chunk cut
+                try:
+                    decoder.decode(chunk)
+                except UnicodeDecodeError as e:
+                    return at - pending + e.start
+                at += len(chunk)
+        return at
+
     def fingerprint(self) -> str:
         """What identifies this input for resumption: path, size, modification time, column."""
         s = self.path.stat()
         return f"{self.path.resolve()}|{s.st_size}|{s.st_mtime_ns}|{self.column}"
+
+
+PAGE_HEADER_BYTES = 1 << 16  # a page header holds its sizes and statistics; more than this is not a header
+
+
+class _PageHeader:
+    """The sizes in a Parquet page header (Thrift compact protocol): ``decoded`` and ``stored`` bytes, ``values``,
+    and the header's own ``length``. A ValueError when the bytes are not a header."""
+
+    def __init__(self, data: bytes):
+        self.data, self.at = data, 0
+        self.decoded = self.stored = self.values = 0
+        try:
+            self._struct(top=True)
+        except IndexError:
+            raise ValueError("a Parquet page header is damaged or too long") from None
+        self.length = self.at
+        if min(self.decoded, self.stored, self.values) < 0:
+            raise ValueError("a Parquet page header is damaged")
+
+    def _varint(self) -> int:
+        n = shift = 0
+        while True:
+            b = self.data[self.at]
+            self.at += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return n
+
+    def _int(self) -> int:
+        n = self._varint()
+        return (n >> 1) ^ -(n & 1)  # zigzag
+
+    def _value(self, kind: int, field: int = 0, top: bool = False) -> None:
+        if kind in (1, 2):  # booleans carry their value in the type
+            return
+        if kind == 3:
+            self.at += 1
+        elif kind in (4, 5, 6):
+            n = self._int()
+            if top and field in (2, 3):  # uncompressed_page_size, compressed_page_size
+                setattr(self, "decoded" if field == 2 else "stored", n)
+        elif kind == 7:
+            self.at += 8
+        elif kind == 8:
+            size = self._varint()
+            self.at += size
+        elif kind in (9, 10):
+            head = self.data[self.at]
+            self.at += 1
+            size = head >> 4 if head >> 4 != 15 else self._varint()
+            for _ in range(size):
+                self._value(head & 0x0F)
+        elif kind == 11:
+            size = self._varint()
+            if size:
+                types = self.data[self.at]
+                self.at += 1
+                for _ in range(size):
+                    self._value(types >> 4)
+                    self._value(types & 0x0F)
+        elif kind == 12:
+            self._struct(values_of=field if top else 0)
+        else:
+            raise ValueError(f"a Parquet page header holds an unknown type {kind}")
+
+    def _struct(self, top: bool = False, values_of: int = 0) -> None:
+        field = 0
+        while True:
+            head = self.data[self.at]
+            self.at += 1
+            if head == 0:
+                return
+            field = field + (head >> 4) if head >> 4 else self._int()
+            if values_of in (5, 8) and field == 1 and head & 0x0F == 5:  # a data page's num_values (v1, v2)
+                self.values = self._int()
+                continue
+            self._value(head & 0x0F, field, top)
 
 
 def texts_by_id(corpus, ids) -> dict[int, str]:
