@@ -33,7 +33,7 @@ _installed = False
 class CappedUploads(MemoryUploadedFileManager):
     """Streamlit's own manager, checking the caps before it keeps a file and remembering when sessions were seen."""
 
-    _adding: threading.Lock  # one check-then-keep at a time (removals meanwhile only make room)
+    _adding: threading.Lock  # one check-then-keep or sweep at a time (Streamlit's removals meanwhile only make room)
     _seen: dict  # session id -> time.monotonic() it was last seen connected, for sessions holding files
 
     def add_file(self, session_id, file) -> None:
@@ -62,15 +62,16 @@ class CappedUploads(MemoryUploadedFileManager):
     def sweep(self, connected, window: float) -> None:
         """Remove the files of every session not ``connected(id)`` for more than ``window`` seconds."""
         now = time.monotonic()
-        with self._lock:
-            holding = list(self.file_storage)
-        for session_id in holding:
-            if connected(session_id):
-                self._seen[session_id] = now
-            elif now - self._seen.setdefault(session_id, now) > window:
-                self.remove_session_files(session_id)
-        for session_id in set(self._seen) - set(holding):  # files gone with their session (shut down, swept)
-            self._seen.pop(session_id, None)
+        with self._adding:
+            with self._lock:
+                holding = list(self.file_storage)
+            for session_id in holding:
+                if connected(session_id):
+                    self._seen[session_id] = now
+                elif now - self._seen.setdefault(session_id, now) > window:
+                    self.remove_session_files(session_id)
+            for session_id in set(self._seen) - set(holding):  # files gone with their session (shut down, swept)
+                del self._seen[session_id]
 
 
 def install() -> None:
