@@ -179,7 +179,8 @@ def test_a_cache_opens_with_heads_on_demand_or_as_its_patterns(bridge):
     _, batch = model.run_with_cache(torch.cat([ids, ids]))
     with pytest.raises(ValueError, match="batch of 2"):
         attnviz.from_transformer_lens(batch, ids)
-    assert np.abs(attnviz.from_transformer_lens(batch, ids, item=1).weights.dense() - trace.weights.dense()).max() < 1e-5
+    second = attnviz.from_transformer_lens(batch, ids, item=1)
+    assert np.abs(second.weights.dense() - trace.weights.dense()).max() < 1e-5
     _, nothing = model.run_with_cache(ids, names_filter=lambda n: n.endswith("hook_embed"))
     with pytest.raises(ValueError, match="no attention"):
         attnviz.from_transformer_lens(nothing, ids)
@@ -227,6 +228,8 @@ def test_pages_render_a_transformer_lens_model(bridge):
     key = attnviz.load(bridge("rotary")).key
     at = ok(open_page("pages/1_Attention.py", model=key, text=TEXT))
     assert at.get("plotly_chart")
+    at = ok(open_page("pages/2_Positional.py", model=key, text=TEXT))  # rotary, from the model's config
+    assert any("rotary" in m.value for m in [*at.markdown, *at.caption, *at.info])
     at = ok(open_page("pages/11_Interventions.py", model=key, text=TEXT, edits="ko:1.0:q5:k3,zv:3"))
     snippets = [c.value for c in at.code]
     assert any("to_transformer_lens(edits)" in s and "Knockout(layer=1, head=0, query=5, key=3)" in s for s in snippets)

@@ -93,7 +93,7 @@ class LensBackend(TorchBackend):
         cfg = model.cfg
         self.tokenizer = model.tokenizer
         self.kind = "decoder" if cfg.attention_dir == "causal" else "encoder"
-        self.abilities = frozenset({"token_ids", "ablation"} | ({"outputs"} if self.kind == "decoder" else set()))
+        self.abilities = frozenset({"token_ids", "ablation", "positions"} | ({"outputs"} if self.kind == "decoder" else set()))
         self.n_layers, self.n_heads = cfg.n_layers, cfg.n_heads
         self.position_limit = cfg.n_ctx
         self.prepend_bos = bool(getattr(cfg, "default_prepend_bos", False)) and self.tokenizer.bos_token_id is not None
@@ -108,8 +108,23 @@ class LensBackend(TorchBackend):
                 "LayerNorm, attention- or feed-forward-output statistics from them.")
 
     def position_info(self):
-        raise ValueError("attnviz reads position information from its own and Hugging Face models, not from "
-                         "TransformerLens models.")
+        """The model's positions as its config states them: learned vectors (W_pos) or rotary frequencies."""
+        from .positions import PositionInfo, rotary_frequencies
+
+        cfg = self.net.cfg
+        kind = (getattr(cfg, "positional_embedding_type", "") or "standard").lower()
+        if kind == "rotary":
+            d_rot, base = cfg.rotary_dim or cfg.d_head, float(cfg.rotary_base)
+            scaled = isinstance(getattr(cfg, "rope_scaling", None), dict)
+            return PositionInfo("rotary", None, rotary_frequencies(d_rot, base), (
+                f"{self.key} has no position vector to show: rotary embeddings (Su et al. 2021) rotate each pair of "
+                f"query and key dimensions by p·θᵢ before the dot product. θᵢ = base^(−2i/d) with base {base:g} and "
+                f"d = {d_rot} rotated dimensions per head" + (", before the config's rope scaling." if scaled else ".")))
+        if kind == "standard":
+            table = self.net.W_pos.detach().float().cpu().numpy()  # (P, D)
+            return PositionInfo("learned", table, None, f"{self.key} adds {table.shape[0]} learned position vectors "
+                                f"of width {table.shape[1]} (W_pos) to the token embeddings.")
+        return PositionInfo("none", None, None, f"attnviz does not read {kind!r} positions from TransformerLens models.")
 
     def _check(self) -> None:
         """Refuse a model whose own patterns (hook_pattern) the captured recipe does not reproduce."""
@@ -141,7 +156,8 @@ class LensBackend(TorchBackend):
                 return None if out is None else out.transpose(0, 1)[None].to(z.dtype)  # (H, T, Dv) -> (1, T, H, Dv)
             def resid(t, hook, i=i):
                 hidden[i] = t.detach()
-            names = ["q", "k", "v"] + (["rot_q", "rot_k"] if f"blocks.{i}.attn.hook_rot_q" in self.net.hook_dict else [])
+            rotated = f"blocks.{i}.attn.hook_rot_q" in self.net.hook_dict
+            names = ["q", "k", "v"] + (["rot_q", "rot_k"] if rotated else [])
             hooks += [(f"blocks.{i}.attn.hook_{n}", keep(n)) for n in names]
             hooks += [(f"blocks.{i}.attn.hook_z", attend), (f"blocks.{i}.hook_resid_pre", resid)]
         last = lambda t, hook: hidden.__setitem__(self.n_layers, t.detach())  # noqa: E731
@@ -251,7 +267,7 @@ def from_transformer_lens(cache, tokens, model: str = "", item: int | None = Non
     tokenizer = getattr(lens, "tokenizer", None)
     toks = _token_strings(tokens, tokenizer)
     name = model or str(getattr(getattr(lens, "cfg", None), "model_name", "") or "transformer-lens")
-    wanted = ("q", "k") + (("rot_q", "rot_k") if f"blocks.0.attn.hook_rot_q" in keys else ())
+    wanted = ("q", "k") + (("rot_q", "rot_k") if "blocks.0.attn.hook_rot_q" in keys else ())
     if lens is not None and all(f"blocks.{i}.attn.hook_{w}" in keys for i in range(n) for w in wanted):
         layers = []
         for i in range(n):
