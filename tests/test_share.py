@@ -98,3 +98,26 @@ def test_attention_page_detail_has_the_share_box():
     assert [b.proto.label for b in at.get("download_button")] == [
         "This head (CSV)", "Head statistics (CSV)", "Whole trace (.npz)", "Figure (HTML)"]
     assert _link(at)["layer"] == "2" and _link(at)["head"] == "4"
+
+
+WORDS_400 = " ".join(["river", "stone", "cloud", "light", "paper"] * 80)
+NON_FINITE = [  # every numeric link parameter, each page once, inf / -inf / 1e309 (which Python reads as inf)
+    ("pages/1_Attention.py", "builtin:seed", WORDS_400, dict(zoom_start="inf", zoom_size="-inf", token="1e309")),
+    ("pages/8_Generate.py", "builtin:lm", "Once upon a time", dict(gen_new="inf", gen_temp="-inf", gen_top_k="1e309",
+                                                                   gen_seed="inf")),
+    ("pages/3_Norms.py", "builtin:seed", WORDS_400, dict(norm_from="-inf")),
+    ("pages/2_Positional.py", "builtin:seed", WORDS_400, dict(model_from="1e309")),
+    ("pages/6_Compare.py", "builtin:seed", WORDS_400, dict(compare_from="inf")),
+]
+
+
+@pytest.mark.parametrize("page, model, text, numbers", NON_FINITE, ids=lambda v: v if isinstance(v, str) else None)
+def test_a_non_finite_number_in_a_link_falls_back_with_a_note(page, model, text, numbers):
+    at = open_page(page, timeout=300, model=model, text=text, **numbers)
+    assert not at.exception and not at.error, (at.exception, [e.value for e in at.error])
+    warnings = [w.value for w in at.warning]
+    for key, raw in numbers.items():
+        widget = at.number_input(key=key)
+        assert widget.value is not None and abs(widget.value) < 2**31, (key, widget.value)
+        assert any(raw in w and "in the link is not a" in w for w in warnings), (key, warnings)
+        assert at.query_params.get(key) != [raw]  # the address no longer carries it

@@ -7,6 +7,7 @@ invalid values without a word, so a session's first run keeps the raw query para
 
 from __future__ import annotations
 
+import math
 import re
 from urllib.parse import urlencode, urlsplit
 
@@ -234,8 +235,29 @@ def check_link_value(name: str, value, label: str, allowed: str) -> None:
         note(f"{label}: {code(raw[-1][:40])} in the link is not {allowed}; showing {code(_number(value))}.")
 
 
+def _forget_link_value(name: str) -> None:
+    """Take ``name`` out of the address and out of the link Streamlit seeds a new widget from (kept apart from
+    ``st.query_params``; Streamlit 1.67 has no public way to drop it)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    st.query_params.pop(name, None)
+    state = getattr(get_script_run_ctx().session_state, "_state", None)
+    getattr(getattr(state, "query_params", None), "_initial_query_params", {}).pop(name, None)
+
+
+def _finite(raw: str) -> bool:
+    try:
+        return math.isfinite(float(raw))
+    except ValueError:
+        return True  # not a number at all: the widget drops it and the note says so
+
+
 def linked_number(where, label: str, low, high, key: str, **options):
-    """``where.number_input`` bound to the link, with a note when the link's value was out of its range."""
+    """``where.number_input`` bound to the link, with a note when the link's value was not a number in its range.
+    A non-finite value (``inf``, ``1e309``) leaves the address before the widget reads it, as it cannot hold one."""
+    raw = _raw(key)
+    if raw and not _finite(raw[-1]):
+        _forget_link_value(key)
     value = where.number_input(label, low, high, key=key, bind="query-params", **options)
     kind = "a whole number" if isinstance(low, int) else "a number"
     check_link_value(key, value, label, f"{kind} from {_number(low)} to {_number(high)}")
