@@ -28,7 +28,7 @@ NATIVE = {  # TransformerBridgeConfig fields beyond the common ones
     "grouped-query": dict(n_key_value_heads=2, normalization_type="LN"),
     "rotary": dict(n_key_value_heads=2, positional_embedding_type="rotary", normalization_type="RMS"),
 }
-SHAPES = [*NATIVE, "hf-gpt2", "hf-llama"]
+SHAPES = [*NATIVE, "hf-gpt2", "hf-gpt2-compat", "hf-llama"]  # compat: enable_compatibility_mode() (folded norms)
 EDITS = {
     "knockout": [iv.Knockout(1, 0, query=5, key=3), iv.Knockout(0, None, key=0)],
     "pattern": [iv.Pattern(1, 2, "previous"), iv.Pattern(0, None, "uniform"), iv.Pattern(1, 0, "first")],
@@ -69,7 +69,7 @@ def bridge(tokenizer_folder, tiny_model, tmp_path_factory):
                                               act_fn="gelu", seed=0, **NATIVE[shape])
                 made[shape] = TransformerBridge.boot_native(cfg, tokenizer=tok, model_name=f"tiny-{shape}")
             else:
-                if shape == "hf-gpt2":
+                if shape.startswith("hf-gpt2"):
                     folder = tiny_model("gpt2")
                 else:
                     folder = tmp_path_factory.mktemp("lens-llama")
@@ -77,6 +77,8 @@ def bridge(tokenizer_folder, tiny_model, tmp_path_factory):
                 net = tf.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
                 made[shape] = TransformerBridge.boot_transformers(str(folder), hf_model=net,
                                                                   tokenizer=tf.AutoTokenizer.from_pretrained(folder))
+                if shape.endswith("compat"):
+                    made[shape].enable_compatibility_mode()
         return made[shape]
 
     return get
@@ -134,7 +136,7 @@ def test_any_model_traces_token_ids_as_given(tiny_model):
     assert np.abs(by_ids.weights.dense() - by_text.weights.dense()).max() == 0
 
 
-@pytest.mark.parametrize("shape", ["attention-only", "rotary", "hf-gpt2", "hf-llama"])
+@pytest.mark.parametrize("shape", ["attention-only", "rotary", "hf-gpt2", "hf-gpt2-compat", "hf-llama"])
 @pytest.mark.parametrize("kind", list(EDITS))
 def test_exported_edits_reproduce_attnvizs_log_probabilities(bridge, shape, kind):
     model = bridge(shape)
