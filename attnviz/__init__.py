@@ -50,5 +50,23 @@ def trace(text, model=DEFAULT_MODEL, target: str | None = None):
     return backend.trace_ids([int(i) for i in ids], add_special_tokens=False)
 
 
-__all__ = ["trace", "list_models", "load", "AttentionTrace", "Seq2SeqTrace", "DEFAULT_MODEL", "show", "explorer",
-           "head_view", "model_view", "from_attentions", "from_transformer_lens", "from_nnsight"]
+def head_atlas(model, text: str | None = None, *, tokens: int = 2048, needles: int = 3, seed: int = 0,
+               progress=None):
+    """Which heads retrieve, stream, sink, and which sparse pattern each follows, on needle-in-a-haystack probes of
+    ``tokens`` tokens (haystack: ``text``, or bundled sentences): a DataFrame, a row per head, each score with its
+    null's upper bound (``attnviz.analysis.atlas``). ``model``: a key or a loaded backend."""
+    from .analysis.atlas import head_atlas as atlas
+
+    return atlas(load(model) if isinstance(model, str) else model, text, tokens=tokens, needles=needles, seed=seed,
+                 progress=progress)
+
+
+def atlas_knockout(model, atlas, k: int = 10, seed: int = 0, progress=None):
+    """The needle's recall with the ``k`` top retrieval heads of ``atlas`` knocked out, against ``k`` random heads."""
+    from .analysis.atlas import knockout_recall
+
+    return knockout_recall(load(model) if isinstance(model, str) else model, atlas, k, seed, progress)
+
+
+__all__ = ["trace", "head_atlas", "atlas_knockout", "list_models", "load", "AttentionTrace", "Seq2SeqTrace",
+           "DEFAULT_MODEL", "show", "explorer", "head_view", "model_view", "from_attentions", "from_transformer_lens", "from_nnsight"]
