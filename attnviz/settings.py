@@ -109,6 +109,12 @@ def hub_offline() -> bool:
     return _flag("HF_HUB_OFFLINE")
 
 
+def cache_dir() -> str:
+    """ATTNVIZ_CACHE_DIR: where attnviz keeps what it derives once and reuses (a GGUF model's dequantised weights);
+    unset: attnviz under XDG_CACHE_HOME, else ~/.cache/attnviz."""
+    return _raw("ATTNVIZ_CACHE_DIR") or os.path.join(_raw("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "attnviz")
+
+
 # Budgets, checked before anything is allocated; defaults fit a 2-core, 16 GB host serving a few models at once.
 
 

@@ -9,7 +9,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from .builtin import BUILTIN
+from .cards import describe
 from .common import Backend, check_text, encode
+from .packaged import PACKAGED, SMOLLM2
 
 DEFAULT_MODEL = "builtin:minilm"
 # transformers' lazy module is not thread-safe: two sessions opening their first models at once got "cannot
@@ -42,8 +44,13 @@ def normalise(key: str) -> str:
 
 
 def list_models() -> list[str]:
-    """The built-in model keys, default first."""
-    return list(BUILTIN)
+    """The built-in model keys, default first, then the real pretrained models whose wheels are installed."""
+    return [*BUILTIN, *PACKAGED]
+
+
+def causal_model() -> str:
+    """The causal LM a page that needs one offers: the real decoder when installed, else builtin:lm."""
+    return SMOLLM2 if SMOLLM2 in PACKAGED else "builtin:lm"
 
 
 def _import_transformers() -> None:
@@ -82,11 +89,11 @@ def open_model(key: str) -> Backend:
     key = normalise(key)
     if _REGISTERED.get(key) is not None:
         return _REGISTERED[key]
-    if key in BUILTIN or key.startswith("hf:") or (key and Path(key).expanduser().is_dir()):
+    if key in BUILTIN or key in PACKAGED or key.startswith("hf:") or (key and Path(key).expanduser().is_dir()):
         _import_transformers()
         with _key_lock(key):
-            if key in BUILTIN:
-                return BUILTIN[key]()
+            if key in BUILTIN or key in PACKAGED:
+                return {**BUILTIN, **PACKAGED}[key]()
             from .hf import load_hf
 
             return load_hf(key.removeprefix("hf:"))
@@ -126,4 +133,5 @@ def load(model) -> Backend:
     return backend
 
 
-__all__ = ["DEFAULT_MODEL", "Backend", "list_models", "normalise", "open_model", "load", "check_text", "encode"]
+__all__ = ["DEFAULT_MODEL", "Backend", "list_models", "causal_model", "describe", "normalise", "open_model", "load",
+           "check_text", "encode"]

@@ -370,6 +370,7 @@ def frame(title: str, tracer=None, whole: bool = False) -> Frame:
     key, text = sidebar()
     remember("model", "text")
     share.check_link(key, model_options()[0], offered)
+    key = instead_of_refused(key)
     cap = None if whole else page_cap()  # the tokens this page reads
     try:
         share.check_allowed(key, model_options())
@@ -386,12 +387,11 @@ def frame(title: str, tracer=None, whole: bool = False) -> Frame:
                 with st.spinner(f"Computing attention of {key}…"):
                     trace = get_trace(key, text, tokens=cap)
     except ValueError as e:
-        st.error(plain(str(e)))
-        st.stop()
+        refuse(key, plain(str(e)))
     except Exception as e:  # a fault in a model or library: say so plainly, keep the page alive
         log.exception("trace failed for %s", key)
-        st.error(plain(share.fault(key, e)))
-        st.stop()
+        refuse(key, plain(share.fault(key, e)))
+    st.session_state[_GOOD_MODEL] = key
     page_cut = cut_by_page(trace, cap, model.limit(max_tokens()))
     status(trace, page_cut)
     unknown_note(trace, key)
@@ -403,6 +403,41 @@ def cut_by_page(trace, page_cap: int | None, limit: int) -> bool:
     in the app (``model.limit(max_tokens())``): a cap at or above it cuts nothing the model would have read."""
     first = trace if trace.kind != "encoder-decoder" else trace.encoder
     return bool(trace.truncated) and page_cap is not None and first.n_tokens == min(page_cap, limit) < limit
+
+
+_GOOD_MODEL = "last_good_model"  # session-state key: the last model a page drew
+_REFUSED_MODEL = "refused_model"  # session-state key: (model key, why) of the model the picker holds that failed
+
+
+def refuse(key: str, message: str) -> None:
+    """Stop the page with ``message`` (plain Markdown); when ``key`` is a model entry that failed and another model
+    drew the last page, run again with that one instead (``instead_of_refused``), so its figures stay on screen."""
+    good = st.session_state.get(_GOOD_MODEL)
+    if good is None or good == key:
+        st.error(message)
+        st.stop()
+    st.session_state[_REFUSED_MODEL] = (key, message)
+    st.rerun()
+
+
+def _back_to(good: str) -> None:
+    st.session_state["model"] = good
+    st.session_state.pop(_REFUSED_MODEL, None)
+
+
+def instead_of_refused(key: str) -> str:
+    """The model the page draws: ``key``, or, while the picker holds a model entry that failed, the last good one,
+    under the failure's message and a one-click way back to it."""
+    refused = st.session_state.get(_REFUSED_MODEL)
+    if refused is None or refused[0] != key:
+        st.session_state.pop(_REFUSED_MODEL, None)
+        return key
+    good = st.session_state[_GOOD_MODEL]
+    st.error(refused[1])
+    st.button(f"Back to {good}", key="back_to_good_model", on_click=_back_to, args=(good,), icon=":material/undo:",
+              help="Puts the model picker back on the last model that worked.")
+    st.caption(f"Below: the last good model's figures ({plain(good)}).")
+    return good
 
 
 def status(trace, page_cut: bool = False) -> None:
