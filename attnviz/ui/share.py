@@ -142,10 +142,21 @@ def read_link() -> None:
     if "fix" in link:  # the rerun fall_back asked for: set the widget before it is drawn, then say why
         for name, value in link.pop("fix").items():
             st.session_state[name] = value
+            if name == "model":  # the picker's default: leaves the address, as a dropped layer=99 does
+                _drop_param(name)
         for message in link.pop("notes"):
             note(message)
     else:
         link["fresh"] = False
+
+
+def _drop_param(name: str) -> None:
+    """Remove a widget's parameter from the address: ``st.query_params`` refuses while a widget is bound to it, so
+    this goes the way Streamlit drops a bound tab's stale value (st.tabs)."""
+    from streamlit.runtime.state import get_session_state
+
+    with get_session_state().query_params() as params:
+        params.remove_param(name)
 
 
 def _fragment_rerun() -> bool:
