@@ -12,7 +12,7 @@ from attnviz.analysis.interventions import (LabelProb, LogitDiff, describe, kind
 from attnviz.settings import max_forwards
 from attnviz.core.tokens import labels
 from attnviz.ui import interventions as ui
-from attnviz.ui.frame import frame, layer_head
+from attnviz.ui.frame import frame, layer_head, offer_causal
 from attnviz.ui.heads import head_chart
 from attnviz.ui.jobs import slot
 from attnviz.ui.share import plain
@@ -25,8 +25,11 @@ st.markdown("A heatmap shows where a head looks, not whether the model needs it.
 try:
     kind = kind_of(f.model)
 except ValueError as e:
-    st.info(plain(e))
+    offer_causal(f"{e} A causal LM shows how its next token changes.")
     st.stop()
+if kind == "encoder":
+    offer_causal(f"{f.key} is an encoder, which predicts nothing of its own: edits here change the norm of its "
+                 "first token's output. A causal language model shows how its next token changes.")
 trace = f.trace
 if f.page_cut:  # cut by this page, not by the model's positions: the edits run the model on the whole text
     # (as the model takes it), twice and more, so a cut text is refused here

@@ -10,7 +10,7 @@ from attnviz.figures.faithfulness import deletion_curves, shaded_rows
 from attnviz.analysis.interventions import ZeroValue, editing
 from attnviz.settings import max_forwards
 from attnviz.core.tokens import clean
-from attnviz.ui.frame import frame, page_cap
+from attnviz.ui.frame import frame, offer_causal, page_cap
 from attnviz.ui.jobs import slot
 from attnviz.ui.share import plain
 
@@ -19,8 +19,11 @@ st.title("Faithfulness")
 st.info(CAVEAT)
 trace = f.trace
 if trace.kind == "encoder-decoder":
-    st.info("Faithfulness explains one stack's prediction: pick an encoder, a classifier or a causal LM.")
+    offer_causal("Faithfulness explains one stack's prediction: pick an encoder, a classifier or a causal LM.")
     st.stop()
+if trace.kind == "encoder" and not f.model.can("predict"):
+    offer_causal(f"{f.key} is an encoder, which predicts nothing of its own: its first token's output norm is "
+                 "explained. A causal language model's next token is a prediction to explain.")
 T = trace.n_tokens
 
 c1, c2 = st.columns(2)

@@ -10,7 +10,7 @@ from attnviz.figures.generate import NEW_COLOUR, mark_boundary, step_attention, 
 from attnviz.backends.generation import MAX_NEW_TOKENS, Sampling
 from attnviz.core.tokens import clean, labels
 from attnviz.ui.derived import derived
-from attnviz.ui.frame import frame, layer_head, plain
+from attnviz.ui.frame import frame, layer_head, offer_causal, plain
 from attnviz.ui.jobs import checkpoint, slot
 from attnviz.ui.share import check_link_value, linked_number
 
@@ -18,8 +18,8 @@ f = frame("Generate")
 st.title("Generate")
 layer, head = layer_head(f.model.n_layers, f.model.n_heads, with_mean=True)  # shared with the other pages' links
 if not f.model.can("generate"):
-    st.info(plain(f"{f.key} is not a causal language model. Pick builtin:lm, or a Hugging Face causal LM "
-                  "(hf:gpt2 or a local folder), in the sidebar: the text box holds the prompt."))
+    offer_causal(f"{f.key} is not a causal language model: generation needs one. Switch below, or pick a Hugging "
+                 "Face causal LM (hf:gpt2 or a local folder) in the sidebar; the text box holds the prompt.")
     st.stop()
 if f.page_cut:  # cut by this page, not by the model's positions
     st.info(f"This page draws the prompt and its continuation cell by cell, so it takes prompts of at most "

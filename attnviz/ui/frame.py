@@ -17,7 +17,9 @@ import streamlit as st
 
 from attnviz import settings
 from attnviz.backends import footprint
-from attnviz.backends import DEFAULT_MODEL, list_models, normalise, open_model
+from attnviz.backends import DEFAULT_MODEL, causal_model, describe, list_models, normalise, open_model
+from attnviz.backends.cards import takes
+from attnviz.backends.packaged import first_load_note
 from attnviz.backends.common import MAX_CHARS, check_text
 from attnviz.data.samples import ALL_SAMPLES, samples_for
 from attnviz.ui import collect, heads, jobs, share, uploads
@@ -289,9 +291,12 @@ def sidebar() -> tuple[str, str]:
             key="model",
             accept_new_options=not share.locked(),
             bind="query-params", on_change=_model_changed,
-            help="The models this demo offers." if share.locked() else
-                 "A built-in model, or type a Hugging Face id (hf:gpt2) or a local folder and press Enter.",
+            help=("The models this demo offers." if share.locked() else
+                  "A built-in model, or type a Hugging Face id (hf:gpt2) or a local folder and press Enter.")
+                 + "".join(f"\n- `{k}`: {describe(k)}" for k in model_options() if describe(k)),
         )
+        if describe(key or DEFAULT_MODEL):  # grey Markdown, not a caption: the page's first caption is its status line
+            st.markdown(f":gray[{describe(key or DEFAULT_MODEL)}]")
         st.selectbox("Sample text", list(samples_for(key or DEFAULT_MODEL)), index=None, key="sample",
                      on_change=_use_sample, placeholder="Choose a sample…", help="Texts this model can read.")
         # The text gets its value one way, through session state (a default beside a value that a page
@@ -376,11 +381,12 @@ def frame(title: str, tracer=None, whole: bool = False) -> Frame:
         share.check_allowed(key, model_options())
         text = check_text(text)
         if tracer is None:
-            with st.spinner(f"Loading {key} and computing attention…"):
+            with st.spinner(first_load_note(key) or f"Loading {key} and computing attention…"):
                 model = offered(key)
                 trace = get_trace(key, text, tokens=cap)
         else:  # the tracer shows its own progress: a spinner spinning beside it takes a browser on the server's
-            with st.spinner(f"Loading {key}…"):  # machine CPU the model needs (0.1–0.7 s a 4,096-token forward)
+            with st.spinner(first_load_note(key) or f"Loading {key}…"):  # machine CPU the model needs (0.1–0.7 s a
+                # 4,096-token forward)
                 model = offered(key)
             trace = tracer(key, text)
             if trace is None:  # not the tracer's: the frame's own path
@@ -394,8 +400,41 @@ def frame(title: str, tracer=None, whole: bool = False) -> Frame:
     st.session_state[_GOOD_MODEL] = key
     page_cut = cut_by_page(trace, cap, model.limit(max_tokens()))
     status(trace, page_cut)
+    if trace.truncated and not page_cut:
+        offer_whole(key, trace)
     unknown_note(trace, key)
     return Frame(key, model, text, trace, page_cut)
+
+
+def _switch_to(key: str) -> None:
+    """Set the frame's model (before the next run draws its picker) and fit the sample text to it."""
+    st.session_state["model"] = key
+    _model_changed()
+
+
+def offer_model(key: str, label: str, where=st) -> bool:
+    """A button that switches the frame's model to ``key`` in one click, when ``key`` is offered; whether it was."""
+    if key not in model_options():
+        return False
+    where.button(label, key=f"switch_to_{key}", on_click=_switch_to, args=(key,), icon=":material/swap_horiz:")
+    return True
+
+
+def offer_causal(why: str) -> None:
+    """``why`` a page needs a causal language model, and a one-click switch to one (the real decoder when installed)."""
+    st.info(plain(why))
+    offer_model(causal_model(), f"Switch to {causal_model()}: {describe(causal_model())}")
+
+
+def offer_whole(key: str, trace) -> None:
+    """For a text cut to fit ``key``'s positions: a one-click switch to a model that takes it whole, when one is
+    offered (the real decoder first: trained weights)."""
+    first = trace if trace.kind != "encoder-decoder" else trace.encoder
+    n = first.n_tokens + trace.truncated
+    for other in (causal_model(), "builtin:seed"):
+        if other != key and (takes(other, max_tokens()) or 0) >= n and offer_model(
+                other, f"Read all {n:,} tokens with {other}: {describe(other)}"):
+            return
 
 
 def cut_by_page(trace, page_cap: int | None, limit: int) -> bool:
