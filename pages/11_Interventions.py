@@ -17,7 +17,7 @@ from attnviz.ui.heads import head_chart
 from attnviz.ui.jobs import slot
 from attnviz.ui.share import plain
 
-f = frame("Interventions")
+f = frame("Interventions", chat=True)
 st.title("Interventions")
 st.markdown("A heatmap shows where a head looks, not whether the model needs it. Here an edit changes the "
             "attention **inside the forward** — the model then runs on with it — and the page shows what the "
@@ -71,7 +71,7 @@ if found:
         st.code(transformer_lens_code(found), language="python")
         st.code(to_nnsight(found, n_layers=L), language="python")
 
-effect = ui.effect(f.key, f.model, f.text, found)
+effect = ui.effect(f.key, f.model, f.text, found, f.chat)
 st.header("What the model outputs")
 if kind == "lm":
     before, after = np.exp(effect.base.logprobs), np.exp(effect.edited.logprobs)

@@ -14,7 +14,7 @@ from attnviz.ui.frame import frame, offer_causal, page_cap
 from attnviz.ui.jobs import slot
 from attnviz.ui.share import plain
 
-f = frame("Faithfulness")
+f = frame("Faithfulness", chat=True)
 st.title("Faithfulness")
 st.info(CAVEAT)
 trace = f.trace
@@ -46,14 +46,14 @@ if n > max_forwards():
                f"this server's budget of {max_forwards():,}. Shorten the text or take fewer steps; an operator can "
                "raise the budget with ATTNVIZ_MAX_FORWARDS.")
     st.stop()
-asked = (f.key, f.text, target, steps)
+asked = (f.key, f.text, target, steps, f.chat)
 if st.button(f"Explain the prediction ({n:,} forward passes)", key="faith_run"):
     with slot("Faithfulness"):
         bar = st.progress(0.0, text="Running the model…")
         try:
             st.session_state["faithfulness"] = (asked, explain(
                 f.model, f.text, target, steps, lambda k, total: bar.progress(k / total, text=f"pass {k} of {total}"),
-                page_cap(), lambda j: editing([ZeroValue(j)])))
+                page_cap(), lambda j: editing([ZeroValue(j)]), f.chat))
         except ValueError as e:
             st.error(plain(e))
     bar.empty()

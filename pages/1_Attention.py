@@ -25,7 +25,7 @@ AXES = {
 }
 DIRECTIONS = {"attends to": "to", "attended by": "from"}  # label (also the link's value) -> row or column
 
-f = frame("Attention", tracer=long.tracer, whole=True)  # a long text is traced once, by long_trace
+f = frame("Attention", tracer=long.tracer, whole=True, chat=True)  # a long text is traced once, by long_trace
 if long.is_long(f.trace):
     long.explore(f)
     st.stop()

@@ -7,6 +7,7 @@ import streamlit as st
 
 from attnviz.figures.attention import attention_heatmap
 from attnviz.figures.generate import NEW_COLOUR, mark_boundary, step_attention, top_tokens
+from attnviz.backends.common import chat_kw
 from attnviz.backends.generation import MAX_NEW_TOKENS, Sampling
 from attnviz.core.tokens import clean, labels
 from attnviz.ui.derived import derived
@@ -14,7 +15,7 @@ from attnviz.ui.frame import frame, layer_head, offer_causal, plain
 from attnviz.ui.jobs import checkpoint, slot
 from attnviz.ui.share import check_link_value, linked_number
 
-f = frame("Generate")
+f = frame("Generate", chat=True)
 st.title("Generate")
 layer, head = layer_head(f.model.n_layers, f.model.n_heads, with_mean=True)  # shared with the other pages' links
 if not f.model.can("generate"):
@@ -47,13 +48,13 @@ def generate():
             checkpoint()  # a closed tab or a new run stops here, between two tokens
             bar.progress(done / most, f"Generating… token {done:,} of at most {most:,}")
 
-        g = f.model.generate(f.text, sampling, on_step=step)
+        g = f.model.generate(f.text, sampling, on_step=step, **chat_kw(f.chat))
         bar.empty()
         return g
 
 
 try:  # kept by the views all sessions share, under the model: a session keeps no trace of its own
-    g = derived(f.model, ("generate", f.text, sampling), generate)
+    g = derived(f.model, ("generate", f.text, sampling, f.chat), generate)
 except ValueError as e:
     st.error(plain(str(e)))
     st.stop()
@@ -63,13 +64,15 @@ if g.n_new == 0:
     st.stop()
 names = labels(t.tokens)
 
-step = st.slider("Step: the generated token to look at", 1, g.n_new, 1, key="gen_step", bind="query-params")
+step = 1  # one new token leaves nothing to choose (a slider from 1 to 1 is an error in Streamlit)
+if g.n_new > 1:
+    step = st.slider("Step: the generated token to look at", 1, g.n_new, 1, key="gen_step", bind="query-params")
 check_link_value("gen_step", step, "Step", f"one of 1–{g.n_new}")
 pos = g.prompt_len + step - 1  # the token generated at this step
 words = [html.escape(clean(tok)) for tok in t.tokens]
-spans = [f'<span style="color: {NEW_COLOUR if i >= g.prompt_len else "inherit"};'
+spans = [f'<span title="{html.escape(raw)}" style="color: {NEW_COLOUR if i >= g.prompt_len else "inherit"};'
          f'{"font-weight: bold; text-decoration: underline;" if i == pos else ""}">{w}</span>'
-         for i, w in enumerate(words)]
+         for i, (w, raw) in enumerate(zip(words, t.tokens))]  # the raw token in the hover
 st.html('<div style="font-family: monospace; line-height: 1.8">' + " ".join(spans[: g.prompt_len]) + " ‖ "
         + " ".join(spans[g.prompt_len:]) + "</div>")
 

@@ -56,7 +56,7 @@ def test_every_figure_carries_the_trace(trace):
     assert decode(points["customdata"]).tolist() == [[layer, head] for layer in range(6) for head in range(12)]
     # The focus text: one span per token, shaded by the weights of "cat" in layer 3, head 7.
     (page,) = [h.proto.body for h in at.get("html")]
-    titles = [float(x) for x in re.findall(r'title="([\d.]+)"', page)]
+    titles = [float(x) for x in re.findall(r'title="([\d.]+)', page)]
     np.testing.assert_allclose(titles, trace.attentions[3, 7, cat], atol=5e-5)
 
 

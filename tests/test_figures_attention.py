@@ -97,7 +97,7 @@ def test_merging_subwords_matches_tokens_merge_subwords():
     np.testing.assert_allclose(v.attn, merge_subwords(t.attentions, WORDS), atol=1e-6)
     assert v.q_labels == word_labels(TOKENS, WORDS) == ["[CLS]", "the (1)", "unbelievable", "cat", "the (4)", "[SEP]"]
     np.testing.assert_allclose(v.attn.sum(-1), 1, atol=1e-6)
-    assert [w for w, _ in v.k_text] == ["[CLS]", "the", "unbelievable", "cat", "the", "[SEP]"]
+    assert [w for w, *_ in v.k_text] == ["[CLS]", "the", "unbelievable", "cat", "the", "[SEP]"]
 
 
 def test_hide_then_merge_then_threshold():
@@ -291,7 +291,7 @@ def test_focus_text_is_escaped_and_shaded_by_weight():
                        word_ids=[-1, 0, 1, 2, -1])
     page = focus_html(view(t), 0, 0, 3, "to", full_range=True)
     assert "<script>" not in page and "&lt;script&gt;" in page and "&amp;" in page
-    titles = [float(x) for x in re.findall(r'title="([\d.]+)"', page)]
+    titles = [float(x) for x in re.findall(r'title="([\d.]+)', page)]
     alphas = [float(x) for x in re.findall(r"rgba\(33,113,181,([\d.]+)\)", page)]
     np.testing.assert_allclose(titles, t.attentions[0, 0, 3], atol=5e-5)
     np.testing.assert_allclose(alphas, t.attentions[0, 0, 3], atol=5e-4)

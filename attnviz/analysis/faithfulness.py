@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..backends.common import chat_kw
 from ..core.budget import check_forwards
 from .rollout import rollout
 
@@ -160,11 +161,12 @@ def integrated_gradients(score: Callable, x: torch.Tensor, steps: int = IG_STEPS
 
 def explain(model, text: str, target: str | None = None, steps: int = IG_STEPS,
             progress: Callable[[int, int], None] | None = None, max_tokens: int | None = None,
-            zero_value: Callable | None = None) -> Explanation:
+            zero_value: Callable | None = None, chat: bool = False) -> Explanation:
     """Every method's (T,) importance for ``model``'s prediction on ``text`` (see METHODS), with deletion curves.
 
     ``model`` is a loaded backend (``attnviz.load(key)``); ``target`` a classifier's label or a causal LM's next
-    word (default: the predicted one); ``zero_value`` see ``value_zeroed`` (without it value zeroing is left out).
+    word (default: the predicted one); ``zero_value`` see ``value_zeroed`` (without it value zeroing is left out);
+    ``chat``: the text in the model's chat template.
     ``progress(done, total)`` counts forward passes; a text needing more than ATTNVIZ_MAX_FORWARDS is refused first.
     """
     if model.kind not in ("encoder", "decoder"):
@@ -172,11 +174,11 @@ def explain(model, text: str, target: str | None = None, steps: int = IG_STEPS,
     if not model.can("scorer"):
         raise ValueError(f"{model.key} cannot yet give its prediction as a function of its token embeddings: "
                          "faithfulness covers the built-in models and Hugging Face encoders and causal LMs.")
-    trace = model.trace(text, max_tokens=max_tokens)
+    trace = model.trace(text, max_tokens=max_tokens, **chat_kw(chat))
     T = trace.n_tokens
     total = forwards(T, steps)
     check_forwards(total, f"Explaining a prediction on {T} tokens")
-    s = model.scorer(text, target, max_tokens)
+    s = model.scorer(text, target, max_tokens, **chat_kw(chat))
     x = s.embeds
     if len(x) != T:
         raise ValueError(f"the scorer sees {len(x)} tokens but the trace has {T}")

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..backends import load
+from ..backends.common import chat_kw
 from ..core.budget import check_forwards
 from ..capture.record import EDITOR
 from ..core.weights import LayerQK
@@ -360,16 +361,16 @@ def check_edits(edits, n_layers: int, n_heads: int) -> tuple:
     return edits
 
 
-def forward(backend, text, edits=(), keep: bool = False):
-    """(trace, output, editor) of one edited forward: the output is next-token logits (T, V), label
-    probabilities (C,), or None (an encoder without a head)."""
+def forward(backend, text, edits=(), keep: bool = False, chat: bool = False):
+    """(trace, output, editor) of one edited forward (``chat``: a causal LM's text in its chat template): the
+    output is next-token logits (T, V), label probabilities (C,), or None (an encoder without a head)."""
     kind = kind_of(backend)
     with editing(edits, keep) as editor:
         if kind == "encoder":
             trace = backend.trace(text) if isinstance(text, str) else backend.trace_ids(list(text))
             output = None
         else:
-            trace, output = backend.traced(text)
+            trace, output = backend.traced(text, **chat_kw(chat))
     wanted = max((e.layer for e in edits if e.layer is not None), default=-1)
     if edits and len(editor.modules) <= wanted:
         raise ValueError(f"The edits reached {len(editor.modules)} attention layers of {backend.key}, not layer "
@@ -391,13 +392,14 @@ def outcome(backend, kind: str, trace, output, k: int = TOP_K) -> Outcome:
                    top.values.numpy())
 
 
-def run(model, text, edits=(), k: int = TOP_K) -> Effect:
-    """``text`` (or token ids, wrapped as ``trace_ids`` wraps them) run as it is and with ``edits``: an Effect."""
+def run(model, text, edits=(), k: int = TOP_K, chat: bool = False) -> Effect:
+    """``text`` (or token ids, wrapped as ``trace_ids`` wraps them; ``chat``: a text in the model's chat template) run
+    as it is and with ``edits``: an Effect."""
     backend = _backend(model)
     kind = kind_of(backend)
     edits = check_edits(edits, backend.n_layers, backend.n_heads)
-    base = outcome(backend, kind, *forward(backend, text)[:2], k=k)
-    edited = outcome(backend, kind, *forward(backend, text, edits)[:2], k=k) if edits else base
+    base = outcome(backend, kind, *forward(backend, text, chat=chat)[:2], k=k)
+    edited = outcome(backend, kind, *forward(backend, text, edits, chat=chat)[:2], k=k) if edits else base
     return Effect(base, edited, edits, kind)
 
 

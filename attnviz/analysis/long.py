@@ -15,6 +15,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
+from ..backends.common import chat_kw
 from ..core.tokens import clean, word_spans
 from ..capture.record import reducing
 from ..core.weights import Weights, block_counts, block_reduce, rows_per_tile
@@ -310,12 +311,14 @@ class Reducer:
 
 
 def traced(model, text: str, max_tokens: int | None = None, detail: int = 256,
-           progress: Callable[[float], None] | None = None, tiles: int = SURVEY_TILES, keys: tuple = ()) -> tuple:
-    """(trace, reducer): ``model``'s trace of ``text`` with a survey of every head read during the same forward
-    (``capture.reducing``) in tiles of ``tiles`` TILE_FLOATS, keeping the columns of ``keys``; ``reducer.complete``
-    is False for a model whose forward did not hand its attention over (held eager): survey its weights instead."""
+           progress: Callable[[float], None] | None = None, tiles: int = SURVEY_TILES, keys: tuple = (),
+           chat: bool = False) -> tuple:
+    """(trace, reducer): ``model``'s trace of ``text`` (``chat``: in its chat template) with a survey of every head
+    read during the same forward (``capture.reducing``) in tiles of ``tiles`` TILE_FLOATS, keeping the columns of
+    ``keys``; ``reducer.complete`` is False for a model whose forward did not hand its attention over (held eager):
+    survey its weights instead."""
     with reducing(Reducer(detail, model.n_layers, progress, tiles, keys)) as reducer:
-        return model.trace(text, max_tokens=max_tokens), reducer
+        return model.trace(text, max_tokens=max_tokens, **chat_kw(chat)), reducer
 
 
 def survey(weights: Weights, overview: int = 64, detail: int = 256,

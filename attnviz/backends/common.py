@@ -62,6 +62,7 @@ class Encoded(NamedTuple):
     special: np.ndarray | None  # (T,) bool; None: no special tokens
     word_ids: np.ndarray | None  # (T,) int, -1 for special tokens; None: each token a word
     truncated: int  # tokens dropped to fit max_tokens
+    text: str | None = None  # what the tokens spell when it is not the text given: the chat template applied
 
 
 def _word_ids(enc, text: str, special: np.ndarray) -> np.ndarray:
@@ -82,21 +83,54 @@ def _word_ids(enc, text: str, special: np.ndarray) -> np.ndarray:
     return words
 
 
-def encode(tokenizer, text: str, max_tokens: int) -> Encoded:
-    """Tokenize ``text``, keeping at most ``max_tokens`` (specials included)."""
+def has_chat_template(tokenizer) -> bool:
+    """Whether ``tokenizer`` brings a chat template (instruct and chat models do)."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def chat_prompt(tokenizer, text: str) -> tuple[str, int]:
+    """``text`` as one user turn of the tokenizer's chat template, ready for the model's answer, and where ``text``
+    starts in it (-1 where the template changed it)."""
+    if not has_chat_template(tokenizer):
+        raise ValueError("This model's tokenizer has no chat template: trace the text as it is.")
+    try:
+        rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                 add_generation_prompt=True)
+    except Exception as e:  # a template that raises (it wants a system turn first, …) has its own words
+        raise ValueError(f"The model's chat template refused the text: {e}") from None
+    return rendered, rendered.rfind(text)
+
+
+def chat_kw(chat: bool) -> dict:
+    """The keyword a backend's trace, traced, generate and scorer take for the chat template: none when it is off,
+    since only the backends that ``can("chat")`` know it."""
+    return {"chat": True} if chat else {}
+
+
+def encode(tokenizer, text: str, max_tokens: int, chat: bool = False) -> Encoded:
+    """Tokenize ``text``, keeping at most ``max_tokens`` (specials included). ``chat``: as the user's turn of the
+    tokenizer's chat template; the template's own tokens are marked special, so they hide with the special tokens."""
     fast = bool(getattr(tokenizer, "is_fast", False))
-    enc = tokenizer(text, add_special_tokens=True, return_offsets_mapping=fast, verbose=False)
+    start, spelled = 0, None
+    if chat:  # the template writes the special tokens itself
+        spelled, start = chat_prompt(tokenizer, text)
+    body = text if spelled is None else spelled
+    enc = tokenizer(body, add_special_tokens=not chat, return_offsets_mapping=fast, verbose=False)
     n_full = len(enc["input_ids"])
     if n_full > max_tokens:  # again, cut by the tokenizer itself (it keeps the closing special tokens)
-        enc = tokenizer(text, add_special_tokens=True, truncation=True, max_length=max_tokens,
+        enc = tokenizer(body, add_special_tokens=not chat, truncation=True, max_length=max_tokens,
                         return_offsets_mapping=fast)
     ids = enc["input_ids"]
     special = np.array(
         tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True), dtype=bool
     )
-    words = _word_ids(enc, text, special)
+    if chat and fast and start >= 0:  # every token outside the user's text is the template's
+        ends = np.array([end for _, end in enc["offset_mapping"]])
+        begins = np.array([begin for begin, _ in enc["offset_mapping"]])
+        special |= (ends <= start) | (begins >= start + len(text))
+    words = _word_ids(enc, body, special)
     tokens = tuple(tokenizer.convert_ids_to_tokens(ids))
-    return Encoded(ids, tokens, special, words, max(0, n_full - len(ids)))
+    return Encoded(ids, tokens, special, words, max(0, n_full - len(ids)), spelled)
 
 
 def wrapped(tokenizer, ids: list) -> list:
@@ -166,6 +200,7 @@ ABILITIES = {  # what a backend may do beyond tracing a text; each declares its 
     "scorer": "the prediction as a function of the token embeddings: scorer(text) (faithfulness)",
     "predict": "label probabilities: predict(text), labels",
     "translate": "the greedy output text: translate(text)",
+    "chat": "the tokenizer's chat template around a text: trace/traced/generate/scorer(…, chat=True)",
 }
 
 

@@ -18,13 +18,14 @@ _lock = threading.Lock()
 _sizes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (fixed bytes, bytes per token)
 
 
-def n_tokens(model, text: str, cap: int | None = None) -> int:
-    """How many tokens ``model`` will trace of ``text`` (at most ``model.limit(cap)``), before any forward."""
+def n_tokens(model, text: str, cap: int | None = None, chat: bool = False) -> int:
+    """How many tokens ``model`` will trace of ``text`` (at most ``model.limit(cap)``; ``chat``: in its chat
+    template), before any forward."""
     limit = model.limit(cap)
     tokenizer = model.tokenizer
     if tokenizer is None:  # a model with its own word or character vocabulary: no more tokens than characters
         return min(limit, len(text) + 2)
-    return len(encode(tokenizer, text, limit).ids)
+    return len(encode(tokenizer, text, limit, chat).ids)
 
 
 def _stack_bytes(trace) -> int:

@@ -10,6 +10,7 @@ Checkpoints load in their own dtype (bf16 stays bf16); ``check(name)`` is one mo
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import logging
@@ -30,8 +31,8 @@ from .generation import Generation, Sampling, top_next
 from ..core.trace import AttentionTrace, Seq2SeqTrace, stacks
 from ..core.weights import DenseWeights
 from ..capture import hf as hf_attention
-from .common import (Encoded, Scorer, TorchBackend, check_text, encode, log_odds, ordinary_ids, stack_trace, stacked,
-                     wrapped)
+from .common import (Encoded, Scorer, TorchBackend, check_text, encode, has_chat_template, log_odds, ordinary_ids,
+                     stack_trace, stacked, wrapped)
 from .trained import ENCODER_DECODER_ABLATION
 
 log = logging.getLogger("attnviz")
@@ -124,16 +125,18 @@ def _locate(name: str) -> Path:
     return _from_hub(name)
 
 
-def _gguf_in(folder: Path, where: str, files=None) -> Path | None:
-    """The one GGUF file of a folder with no config.json (``files``: its names, when not on disk); None when it
-    is a Hugging Face folder or holds no GGUF file; refused when it holds several."""
+def _gguf_in(folder: Path, where: str, files=None, named: str | None = None) -> Path | None:
+    """The one GGUF file of a folder with no config.json (``files``: its names, when not on disk; ``named``: how a
+    model key names the folder); None when it is a Hugging Face folder or holds no GGUF file; refused when it holds
+    several."""
     files = [p.name for p in folder.iterdir() if p.is_file()] if files is None else files
     found = sorted(f for f in files if "/" not in f and f.lower().endswith(gguf.SUFFIX))
     if "config.json" in files or not found:
         return None
     if len(found) > 1:
         raise ValueError(f"{where} holds {len(found)} GGUF files ({', '.join(found[:4])}"
-                         f"{', …' if len(found) > 4 else ''}): give the one to load, e.g. hf:{folder / found[0]}")
+                         f"{', …' if len(found) > 4 else ''}): give the one to load, e.g. "
+                         f"hf:{named or folder}/{found[0]}")
     return folder / found[0]
 
 
@@ -161,7 +164,7 @@ def _from_hub(name: str) -> Path:
         # Loading only a tokenizer caches config.json too: a snapshot without weights is not the model.
         if named is not None and (cached / named).is_file():
             return cached / named
-        if named is None and (found := _gguf_in(cached, f"the hub model {repo!r}")) is not None:
+        if named is None and (found := _gguf_in(cached, f"the hub model {repo!r}", named=repo)) is not None:
             return found
         if (cached / "config.json").is_file() and [*cached.glob("model*.safetensors"), *cached.glob("*.bin")]:
             return cached
@@ -184,7 +187,7 @@ def _from_hub(name: str) -> Path:
     sizes = {s.rfilename: s.size or 0 for s in info.siblings or []}
     if named is not None and named not in sizes:
         raise ValueError(f"The hub model {repo!r} has no file {named!r}.")
-    single = Path(named) if named is not None else _gguf_in(Path(), f"the hub model {repo!r}", list(sizes))
+    single = Path(named) if named is not None else _gguf_in(Path(), f"the hub model {repo!r}", list(sizes), repo)
     if single is not None:  # the file is checked again, dequantised, once downloaded
         _check_size(sizes[single.name], name)
         weights = [single.name]
@@ -491,7 +494,8 @@ class HFModel(TorchBackend):
     def __init__(self, key: str, net, tokenizer, kind: str, config, source: str = ""):
         self.key, self.net, self.tokenizer, self.kind = key, net, tokenizer, kind
         self.abilities = frozenset({"positions"} | ({"token_ids", "ablation", "scorer"} if kind != "encoder-decoder"
-                                                   else set()) | ({"generate", "outputs"} if kind == "decoder" else set()))
+                                                   else set()) | ({"generate", "outputs"} if kind == "decoder" else set())
+                                   | ({"chat"} if kind == "decoder" and has_chat_template(tokenizer) else set()))
         self.model_type = config.model_type
         self.device = next(net.parameters()).device
         limits = [_position_limit(config)]
@@ -580,19 +584,27 @@ class HFModel(TorchBackend):
             return rec.weights(side)
         return _dense(attentions, self.model_type, n_layers, T)
 
-    def trace(self, text: str, target: str | None = None, max_tokens: int | None = None):
+    def _chat(self, chat: bool) -> bool:
+        if chat and not self.can("chat"):
+            raise ValueError(f"{self.key} has no chat template (only causal LMs whose tokenizer brings one do): "
+                             "trace the text as it is.")
+        return chat
+
+    def trace(self, text: str, target: str | None = None, max_tokens: int | None = None, chat: bool = False):
+        """``chat``: ``text`` as the user's turn of the tokenizer's chat template (the template's tokens special)."""
         text = check_text(text)
         limit = self.limit(max_tokens)
         target = None if target is None or self.kind != "encoder-decoder" else check_text(target)
+        chat = self._chat(chat)
         # The lock covers tokenizing too: a fast tokenizer shared by threads can fail with "Already borrowed".
         with self.lock, torch.inference_mode():
-            src = encode(self.tokenizer, text, limit)
+            src = encode(self.tokenizer, text, limit, chat)
             if self.kind != "encoder-decoder":
                 out, rec = self._forward(input_ids=src.ids)
                 hidden, attentions = list(out.hidden_states), out.get("attentions")
                 del out  # the list holds the only references: stacking lets each layer go once copied
                 weights = self._stack_weights(rec, attentions, "", len(hidden) - 1, (len(src.ids), len(src.ids)))
-                return self._side(src, text, weights, hidden, self.kind, rec.norms())
+                return self._side(src, src.text or text, weights, hidden, self.kind, rec.norms())
             if target is None:
                 tgt = self._label(self._generate(src.ids))
             else:
@@ -631,12 +643,14 @@ class HFModel(TorchBackend):
         loss = lambda: F.cross_entropy(self.net(input_ids=ids).logits[0, :-1].double(), ids[0, 1:])  # noqa: E731
         return "lm", self.masked_run(loss)  # predicts token t + 1 from t
 
-    def scorer(self, text: str, target: str | None = None, max_tokens: int | None = None) -> Scorer:
+    def scorer(self, text: str, target: str | None = None, max_tokens: int | None = None,
+               chat: bool = False) -> Scorer:
         """A causal LM's next token (predicted, or ``target``: one token) as log-odds; an encoder's [CLS] norm."""
         if self.kind == "encoder-decoder":
             raise ValueError("Faithfulness explains one stack's prediction: encoder–decoder models are not supported.")
+        chat = self._chat(chat)
         with self.lock:
-            enc = encode(self.tokenizer, check_text(text), self.limit(max_tokens))
+            enc = encode(self.tokenizer, check_text(text), self.limit(max_tokens), chat)
             wanted = None if target is None else self.tokenizer(target, add_special_tokens=False)["input_ids"]
         table, net = self.net.get_input_embeddings(), self.net
         if self.kind == "encoder":
@@ -670,36 +684,45 @@ class HFModel(TorchBackend):
             out, rec = self._forward(input_ids=list(ids))
             return self._ids_trace(list(ids), out, rec)
 
-    def _ids_trace(self, ids: list, out, rec) -> AttentionTrace:
+    def _ids_trace(self, ids: list, out, rec, special=None) -> AttentionTrace:
+        """The trace of ``ids`` (``special``: the mask of its first tokens, a chat template's included)."""
         tok = self.tokenizer
-        special = np.array(tok.get_special_tokens_mask(ids, already_has_special_tokens=True), dtype=bool)
-        enc = Encoded(ids, tuple(tok.convert_ids_to_tokens(ids)), special, None, 0)
+        mask = np.array(tok.get_special_tokens_mask(ids, already_has_special_tokens=True), dtype=bool)
+        if special is not None:
+            mask[:len(special)] |= special
+        enc = Encoded(ids, tuple(tok.convert_ids_to_tokens(ids)), mask, None, 0)
         weights = self._stack_weights(rec, out.get("attentions"), "", len(out.hidden_states) - 1, (len(ids), len(ids)))
         return self._side(enc, tok.decode(ids), weights, out.hidden_states, self.kind, rec.norms())
 
-    def traced(self, text) -> tuple[AttentionTrace, torch.Tensor]:
-        """(trace, next-token logits (T, V)) of a causal LM's text, or of token ids (a list, wrapped as
-        ``trace_ids`` wraps them), in one forward."""
+    def traced(self, text, chat: bool = False) -> tuple[AttentionTrace, torch.Tensor]:
+        """(trace, next-token logits (T, V)) of a causal LM's text (``chat``: in its chat template), or of token ids
+        (a list, wrapped as ``trace_ids`` wraps them), in one forward."""
         if self.kind != "decoder":
             raise ValueError(f"Next-token logits need a causal language model; {self.key} is an {self.kind}.")
+        chat, special = self._chat(chat), None
         with self.lock, torch.inference_mode():  # the lock covers the tokenizer too
-            ids = (encode(self.tokenizer, check_text(text), self.limit()).ids if isinstance(text, str)
-                   else wrapped(self.tokenizer, list(text)))
+            if isinstance(text, str):
+                enc = encode(self.tokenizer, check_text(text), self.limit(), chat)
+                ids, special = enc.ids, enc.special
+            else:
+                ids = wrapped(self.tokenizer, list(text))
             if not 0 < len(ids) <= self.max_tokens:
                 raise ValueError(f"{len(ids)} tokens: this model takes 1 to {self.max_tokens:,}.")
             out, rec = self._forward(0, input_ids=ids)
-            return self._ids_trace(ids, out, rec), out.logits[0].float().cpu()
+            return self._ids_trace(ids, out, rec, special), out.logits[0].float().cpu()
 
-    def generate(self, prompt: str, sampling: Sampling | None = None, on_step=None) -> Generation:
-        """Continue ``prompt`` with the model's own ``generate`` (KV cache), then trace prompt + continuation in
-        one forward, whose logits give each step's top-5 next tokens. ``on_step(done, most)`` after each new
-        token; an exception it raises stops the generation there."""
+    def generate(self, prompt: str, sampling: Sampling | None = None, on_step=None, chat: bool = False) -> Generation:
+        """Continue ``prompt`` (``chat``: the user's turn of the chat template, so the model answers it) with the
+        model's own ``generate`` (KV cache), then trace prompt + continuation in one forward, whose logits give each
+        step's top-5 next tokens. ``on_step(done, most)`` after each new token; an exception it raises stops the
+        generation there."""
         if self.kind != "decoder":
             raise ValueError(f"Generation needs a causal language model; {self.key} is an {self.kind}.")
         s = sampling or Sampling()
-        prompt = check_text(prompt)
+        prompt, chat = check_text(prompt), self._chat(chat)
         with self.lock, torch.inference_mode():
-            ids = encode(self.tokenizer, prompt, self.max_tokens).ids
+            enc = encode(self.tokenizer, prompt, self.max_tokens, chat)
+            ids = enc.ids
             room = self.max_tokens - len(ids)
             if room < 1:
                 raise ValueError(f"The prompt fills all {self.max_tokens:,} positions: shorten it to leave room.")
@@ -717,7 +740,7 @@ class HFModel(TorchBackend):
             out, rec = self._forward(len(ids) - 1, input_ids=full)
             logits = out.logits[0, -(len(full) - len(ids) + 1):-1]  # (new, V): the rows predicting each new token
             top_ids, top_probs = top_next(logits.float().cpu())
-            trace = self._ids_trace(full, out, rec)
+            trace = self._ids_trace(full, out, rec, enc.special)
             tokens = tuple(tuple(self.tokenizer.convert_ids_to_tokens(row.tolist())) for row in top_ids)
             continuation = self.tokenizer.decode(full[len(ids):], skip_special_tokens=True)
         return Generation(trace, len(ids), continuation, top_ids, tokens, top_probs, s)
@@ -793,7 +816,8 @@ def check(name: str, text: str = CHECK_TEXT, target: str = CHECK_TARGET) -> Chec
 
     folder = _locate(name)
     try:
-        family = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type", "?")
+        family = (gguf.read(folder).architecture if folder.is_file() else
+                  json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type", "?"))
     except (OSError, ValueError):
         family = "?"
     try:
@@ -802,8 +826,15 @@ def check(name: str, text: str = CHECK_TEXT, target: str = CHECK_TARGET) -> Chec
     except ValueError as e:
         return Check(family, "refused", None, "", str(e))
     dtype = str(backend.net.dtype).removeprefix("torch.")
-    ref = getattr(tf, AUTO[backend.kind]).from_pretrained(folder, attn_implementation="eager", dtype=backend.net.dtype,
-                                                            use_safetensors=True, trust_remote_code=False).eval()
+    if folder.is_file():  # a GGUF file: the same dequantised weights in the model's own class, run eager
+        ref = type(backend.net)(copy.deepcopy(backend.net.config))  # its own config: the switch below is the config's
+        ref.load_state_dict(backend.net.state_dict())
+        ref.set_attn_implementation("eager")
+        ref = ref.to(backend.net.dtype).eval()
+    else:
+        ref = getattr(tf, AUTO[backend.kind]).from_pretrained(folder, attn_implementation="eager",
+                                                                dtype=backend.net.dtype, use_safetensors=True,
+                                                                trust_remote_code=False).eval()
     ids = encode(backend.tokenizer, text, backend.max_tokens).ids
     inputs = dict(input_ids=torch.tensor([ids]))  # (1, T)
     if backend.kind == "encoder-decoder":

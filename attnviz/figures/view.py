@@ -39,7 +39,7 @@ class StackView(NamedTuple):
     attn: np.ndarray  # (L, H, Tq, Tk)
     q_labels: list  # unique per row
     k_labels: list  # unique per column
-    q_text: list  # (text, space before) per row, for showing the text itself
+    q_text: list  # (text, space before, raw token) per row, for showing the text itself
     k_text: list
     masked: np.ndarray | None  # (Tq, Tk) bool, True where a causal model cannot look (future tokens)
 
@@ -144,18 +144,18 @@ def _take(x: np.ndarray, index: np.ndarray, axis: int) -> np.ndarray:
 
 
 def _tokens_text(tokens, word_ids) -> list:
-    """(text, space before) per token: a piece that continues the previous token's word is glued to it."""
+    """(text, space before, raw token) per token: a piece that continues the previous token's word is glued to it."""
     out = []
     for i, t in enumerate(tokens):
         glued = i > 0 and word_ids[i] >= 0 and word_ids[i] == word_ids[i - 1]
-        out.append((clean(t), i > 0 and not glued))
+        out.append((clean(t), i > 0 and not glued, t))
     return out
 
 
 def _words_text(tokens, spans) -> list:
-    """(text, space before) per word."""
+    """(text, space before, raw tokens) per word."""
     words = ["".join(clean(t) for t in tokens[a:b]) for a, b in spans]
-    return [(w, i > 0) for i, w in enumerate(words)]
+    return [(w, i > 0, " ".join(tokens[a:b])) for i, (w, (a, b)) in enumerate(zip(words, spans))]
 
 
 def colour_top(w: np.ndarray, masked: np.ndarray | None = None) -> float:
@@ -215,15 +215,16 @@ def highlight_html(text: list, weights, focus: int | None = None, log_scale: boo
     """The text as escaped HTML spans, each shaded by its weight (background alpha = colour position,
     ``top`` the weight shaded darkest).
 
-    ``text`` is (piece, space before) per position; ``focus`` is outlined.
+    ``text`` is (piece, space before, raw token) per position, the raw token in the hover; ``focus`` is outlined.
     """
     alpha = colour_position(np.asarray(weights), log_scale, top)
     spans = []
-    for i, ((piece, space), a, w) in enumerate(zip(text, alpha, weights)):
+    for i, ((piece, space, raw), a, w) in enumerate(zip(text, alpha, weights)):
         style = f"background:rgba(33,113,181,{float(a):.3f});border-radius:3px;padding:0 1px;"
         style += "color:white;" if a > 0.55 else ""  # dark shading needs light text
         style += "outline:2px solid #d62728;" if i == focus else ""
-        spans.append(f'{" " if space else ""}<span title="{float(w):.4f}" style="{style}">{html.escape(piece)}</span>')
+        hover = html.escape(f"{float(w):.4f} · token {raw}")
+        spans.append(f'{" " if space else ""}<span title="{hover}" style="{style}">{html.escape(piece)}</span>')
     return '<div style="line-height:2;font-size:1.05rem;overflow-wrap:anywhere">' + "".join(spans) + "</div>"
 
 

@@ -20,7 +20,7 @@ from attnviz.backends import footprint
 from attnviz.backends import DEFAULT_MODEL, causal_model, describe, list_models, normalise, open_model
 from attnviz.backends.cards import takes
 from attnviz.backends.packaged import first_load_note
-from attnviz.backends.common import MAX_CHARS, check_text
+from attnviz.backends.common import MAX_CHARS, chat_kw, check_text
 from attnviz.data.samples import ALL_SAMPLES, samples_for
 from attnviz.ui import collect, heads, jobs, share, uploads
 from attnviz.ui.readable import unknown_note
@@ -31,9 +31,18 @@ log = logging.getLogger("attnviz")
 
 # Columns that hold a chart stack once two of them no longer fit side by side (Streamlit itself stacks
 # columns only below 640 px of window, so at 800 px a chart beside another was ~90 px wide).
+# Charts with a cell or point per head (keys by prefix): a grid keeps a readable width (12 heads at ~22 px with its
+# labels and colour bar) and scrolls sideways in a narrower column rather than shrink (a phone's were ~115 px wide,
+# their head numbers piled up). Streamlit sizes a chart to its full-screen frame, so the frame takes the minimum.
+HEAD_GRIDS = ("overview_", "links_", "edit_grid", "patch_map", "role_grid", "stat_map", "importance_map", "atlas_grid",
+              "long_overview", "long_sinks", "long_delims", "corpus_grid_")
+GRID_MIN = "30rem"
 LAYOUT_CSS = (
     ".stHorizontalBlock:has(> .stColumn .stPlotlyChart) { flex-wrap: wrap; }"
     ".stColumn:has(.stPlotlyChart) { min-width: min(100%, 26rem); }"
+    + ", ".join(f'.stElementContainer[class*="st-key-{k}"]' for k in HEAD_GRIDS) + " { overflow-x: auto; }"
+    + ", ".join(f'[class*="st-key-{k}"] [data-testid="stFullScreenFrame"]' for k in HEAD_GRIDS)
+    + f" {{ min-width: {GRID_MIN}; }}"
 )
 # A page whose forward runs for seconds (a tracer with its own progress: the Attention page's long trace, which puts
 # STILL_CSS on the page before it starts) moves nothing on the page
@@ -63,6 +72,7 @@ class Frame(NamedTuple):
     text: str
     trace: object  # AttentionTrace or Seq2SeqTrace
     page_cut: bool = False  # this page's cap (ATTNVIZ_PAGE_TOKENS) cut the text short of what the model takes
+    chat: bool = False  # the text runs as the user's turn of the model's chat template
 
 
 def get_model(key: str):
@@ -106,12 +116,12 @@ _made_lock = threading.Lock()
 
 
 @st.cache_resource(max_entries=TRACES, show_spinner=False)
-def _cached_trace(key: str, text: str, target: str | None, limit: int):
-    args = (key, text, target, limit)
+def _cached_trace(key: str, text: str, target: str | None, limit: int, chat: bool = False):
+    args = (key, text, target, limit, chat)
     with _made_lock:
         trace = _MADE.get(args)
     if trace is None:
-        trace = get_model(key).trace(text, target, max_tokens=limit)
+        trace = get_model(key).trace(text, target, max_tokens=limit, **chat_kw(chat))
         with _made_lock:
             _MADE[args] = trace
     return trace
@@ -183,19 +193,19 @@ def offered(key: str):
         raise ValueError(share.open_failed(key, e)) from None
 
 
-def get_trace(key: str, text: str, target: str | None = None, tokens: int | None = None):
-    """The trace of ``text`` under model ``key`` (its first ``tokens`` tokens at most), cached; session models are
-    cached per session."""
+def get_trace(key: str, text: str, target: str | None = None, tokens: int | None = None, chat: bool = False):
+    """The trace of ``text`` under model ``key`` (its first ``tokens`` tokens at most; ``chat``: in the model's chat
+    template), cached; session models are cached per session."""
     cap = max_tokens() if tokens is None else min(tokens, max_tokens())
     if key in session_models():
         cache = st.session_state.setdefault("session_traces", {})
-        if (key, text, target, cap) not in cache:
+        if (key, text, target, cap, chat) not in cache:
             cache.clear()  # one entry: training pages change the model under the same key
             model = session_models()[key]
             with _admitted(model, text, cap):
-                cache[(key, text, target, cap)] = model.trace(text, target, max_tokens=cap)
-        return cache[(key, text, target, cap)]
-    args = (normalise(key), text, target, cap)
+                cache[(key, text, target, cap, chat)] = model.trace(text, target, max_tokens=cap, **chat_kw(chat))
+        return cache[(key, text, target, cap, chat)]
+    args = (normalise(key), text, target, cap, chat)
     with _made_lock:
         made = _MADE.get(args)  # held while the cache is asked: found there, or kept again, never redone
     with nullcontext() if made is not None else _admitted(get_model(args[0]), text, cap):
@@ -317,7 +327,7 @@ def sidebar() -> tuple[str, str]:
     return (key or DEFAULT_MODEL), text
 
 
-SHARED = ("model", "text", "layer", "head")
+SHARED = ("model", "text", "layer", "head", "chat")
 
 
 def carry_over(title: str) -> None:
@@ -355,14 +365,29 @@ def use_app_navigation() -> None:
             st.rerun()
 
 
-def frame(title: str, tracer=None, whole: bool = False) -> Frame:
+def chat_option(model) -> bool:
+    """The sidebar's "apply the model's chat template" box (bound to the URL), for a model whose tokenizer has
+    one; whether it is ticked."""
+    if not model.can("chat"):
+        return False
+    with st.sidebar:
+        on = st.checkbox("Apply the model's chat template", key="chat", bind="query-params",
+                         help="Run the text as the user's turn of the model's own chat template, ready for its "
+                              "answer, as an instruct model is used. The template's tokens show as tokens, and "
+                              "hide with the special tokens.")
+    remember("chat")
+    return bool(on)
+
+
+def frame(title: str, tracer=None, whole: bool = False, chat: bool = False) -> Frame:
     """Render the shared frame and return the model and trace; stops the page with a message on bad input.
 
     A page draws the first ATTNVIZ_PAGE_TOKENS tokens of a text, cell by cell; ``whole``: every token the app takes
     (the Attention page, which pools a long text).
 
-    ``tracer(key, text) -> trace | None`` may replace ``get_trace`` (the Attention page's long trace with its
-    survey, ui/long.py) and shows its own progress; None leaves the text to ``get_trace``.
+    ``tracer(key, text, chat) -> trace | None`` may replace ``get_trace`` (the Attention page's long trace with its
+    survey, ui/long.py) and shows its own progress; None leaves the text to ``get_trace``. ``chat``: the page runs
+    a decoder on a prompt, so it offers the model's chat template (``chat_option``).
     """
     use_app_navigation()
     collect.start()  # Streamlit's own collection is off (.streamlit/config.toml)
@@ -383,15 +408,17 @@ def frame(title: str, tracer=None, whole: bool = False) -> Frame:
         if tracer is None:
             with st.spinner(first_load_note(key) or f"Loading {key} and computing attention…"):
                 model = offered(key)
-                trace = get_trace(key, text, tokens=cap)
+                chat = chat and chat_option(model)
+                trace = get_trace(key, text, tokens=cap, chat=chat)
         else:  # the tracer shows its own progress: a spinner spinning beside it takes a browser on the server's
             with st.spinner(first_load_note(key) or f"Loading {key}…"):  # machine CPU the model needs (0.1–0.7 s a
                 # 4,096-token forward)
                 model = offered(key)
-            trace = tracer(key, text)
+            chat = chat and chat_option(model)
+            trace = tracer(key, text, chat)
             if trace is None:  # not the tracer's: the frame's own path
                 with st.spinner(f"Computing attention of {key}…"):
-                    trace = get_trace(key, text, tokens=cap)
+                    trace = get_trace(key, text, tokens=cap, chat=chat)
     except ValueError as e:
         refuse(key, plain(str(e)))
     except Exception as e:  # a fault in a model or library: say so plainly, keep the page alive
@@ -403,7 +430,7 @@ def frame(title: str, tracer=None, whole: bool = False) -> Frame:
     if trace.truncated and not page_cut:
         offer_whole(key, trace)
     unknown_note(trace, key)
-    return Frame(key, model, text, trace, page_cut)
+    return Frame(key, model, text, trace, page_cut, chat)
 
 
 def _switch_to(key: str) -> None:

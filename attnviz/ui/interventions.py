@@ -91,11 +91,12 @@ def edits(n_layers: int, n_heads: int, n_tokens: int) -> list:
     return found
 
 
-def effect(model_key: str, backend, text: str, found: list):
-    """``run(backend, text, found)``, kept for this session while the model, text and edits stay the same."""
-    what = (model_key, text, spell(found))
+def effect(model_key: str, backend, text: str, found: list, chat: bool = False):
+    """``run(backend, text, found)`` (``chat``: in the model's chat template), kept for this session while the model,
+    text and edits stay the same."""
+    what = (model_key, text, spell(found), chat)
     kept = st.session_state.get("intervention_effect")
     if kept is None or kept[0] != what:
         with st.spinner("Running the text as it is and edited…"):
-            kept = st.session_state["intervention_effect"] = (what, run(backend, text, found))
+            kept = st.session_state["intervention_effect"] = (what, run(backend, text, found, chat=chat))
     return kept[1]

@@ -123,22 +123,23 @@ def _evict() -> bool:
 jobs.keeper(_kept_mb, _evict)
 
 
-def _known(key: str, text: str, limit: int, model) -> bool:
+def _known(key: str, text: str, limit: int, model, chat: bool = False) -> bool:
     """Whether a long trace of ``text`` under ``model`` is kept or still alive (no need to count its tokens)."""
-    k = (normalise(key), text, limit)
+    k = (normalise(key), text, limit, chat)
     with _lock:
         return (k in _LONG and _LONG[k].model is model) or _LIVE.get((*k, id(model))) is not None
 
 
-def tracer(key: str, text: str):
+def tracer(key: str, text: str, chat: bool = False):
     """The Attention page's tracer (``frame(tracer=…)``): over CELLS tokens (counted by the model's tokenizer before
     any forward), the long trace with its survey; else None, and the frame traces the text for the cell-by-cell
-    explorer. A text is traced once, one way or the other."""
+    explorer. A text is traced once, one way or the other. ``chat``: in the model's chat template."""
     model, cap = resolve(key), max_tokens()
-    if not (_known(key, text, cap, model) or model.limit(cap) > CELLS and footprint.n_tokens(model, text, cap) > CELLS):
+    if not (_known(key, text, cap, model, chat) or model.limit(cap) > CELLS
+            and footprint.n_tokens(model, text, cap, chat) > CELLS):
         return None
     st.markdown(f"<style>{STILL_CSS}</style>", unsafe_allow_html=True)  # our own constant, no user text
-    return long_trace(key, text, cap)
+    return long_trace(key, text, cap, chat)
 
 
 def is_long(trace) -> bool:
@@ -147,11 +148,12 @@ def is_long(trace) -> bool:
         return trace.stack(None).weights in _SURVEYS
 
 
-def long_trace(key: str, text: str, limit: int):
-    """The trace of ``text`` (up to ``limit`` tokens) with a survey of every head read during the same forward
-    (``capture.reducing``: each weight is computed once), a progress bar while it runs."""
+def long_trace(key: str, text: str, limit: int, chat: bool = False):
+    """The trace of ``text`` (up to ``limit`` tokens; ``chat``: in the model's chat template) with a survey of every
+    head read during the same forward (``capture.reducing``: each weight is computed once), a progress bar while it
+    runs."""
     model = resolve(key)
-    k = (normalise(key), text, limit)
+    k = (normalise(key), text, limit, chat)
     with _lock:
         if k in _LONG and _LONG[k].model is model:
             return _LONG[k].trace
@@ -159,11 +161,11 @@ def long_trace(key: str, text: str, limit: int):
         if alive is not None:
             _keep(k, _Entry(model, alive, _SURVEYS[alive.stack(None).weights]))
             return alive
-    n = footprint.n_tokens(model, text, limit)
+    n = footprint.n_tokens(model, text, limit, chat)
     bar = _Bar("Running the model and reading all its heads…", "forward")
     tiles = _tiles(model, n)
     with jobs.for_tokens(n, partial(_job_mb, model, tiles=tiles)):
-        trace, reducer = traced(model, text, limit, DETAIL, bar, tiles, keys=(FOCUS,))
+        trace, reducer = traced(model, text, limit, DETAIL, bar, tiles, keys=(FOCUS,), chat=chat)
     bar.done()
     reducer.progress = None  # the bar is this run's: a shared survey must not keep it
     paired = _Survey(reducer, {})
@@ -240,10 +242,11 @@ def follow_row(key: str, positions: list[int]) -> None:
 
 
 @st.fragment
-def detail(key: str, text: str, cap: int, overview: int, layer: int, head: int | None, reduce: str, name: str) -> None:
+def detail(key: str, text: str, cap: int, overview: int, layer: int, head: int | None, reduce: str, name: str,
+           chat: bool = False) -> None:
     """The block map and its exact window: a zoom (typed, or a box dragged on the map) reruns only this. It takes
     keys, not the trace: a fragment lives in the session's state."""
-    stack = long_trace(key, text, cap).stack(None)
+    stack = long_trace(key, text, cap, chat).stack(None)
     survey, T = cached_survey(stack, overview), stack.queries.n_tokens
     # The window's default size follows the text (a short text's 16 stays no longer than that text does).
     default, before = min(64, T), st.session_state.get("zoom_default")
@@ -306,7 +309,7 @@ def explore(f) -> None:
     head_chart(mosaic, "long_overview", H, page=None)  # point i of the mosaic is head i, row by row
 
     st.subheader("Detail and zoom")
-    detail(f.key, f.text, cap, small, layer, head, reduce, name)
+    detail(f.key, f.text, cap, small, layer, head, reduce, name, f.chat)
 
     st.subheader("A token's reach")
     c1, c2 = st.columns([1, 2])
