@@ -12,7 +12,7 @@ from plotly.utils import image_array_to_data_uri
 
 from ..core.tokens import clean
 from .common import (EDGE, KEY_BELOW, KEY_UNDER, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE, lut,
-                     SIDE_KEY, head_points, labels_margin, right_of_key_under, safe, top_title)
+                     SIDE_KEY, head_points, labels_margin, right_of_key_under, safe, top_title, wrap_title)
 
 OVERVIEW_PIXELS = 100_000  # the mosaic's pixel budget: ≲ 0.35 MB of PNG (noise-like maps) for any number of heads
 QUANTILE = 99.5  # colour ranges run up to this percentile of what is drawn, written on the figure
@@ -54,21 +54,26 @@ def head_mosaic(pooled: np.ndarray, reduce: str, n_tokens: int, block: int, sele
         x0, x1 = (-1, H * pitch - 1) if h is None else (h * pitch - 1, h * pitch + s)
         shapes.append(dict(type="rect", x0=x0, x1=x1, y0=l * pitch - 1, y1=l * pitch + s,
                            line=dict(color="#d62728", width=2)))
+    # The title wrapped (one line was cut at 1280 px: "… (99.5th percentile) · c"), and pixels need not be square:
+    # the mosaic fills whatever width the page gives it (a phone's was ~170 × 115 px under a blank band), as the
+    # short texts' overview does.
+    title, top_margin = top_title(f"all {L} layers × {H} heads, {n_tokens:,} tokens · {REDUCES[reduce]} of "
+                                  f"{block:,}-token blocks · dark: {top:.3g} or more ({QUANTILE}th pct) · click a head")
     return go.Figure([
         go.Image(source=image_array_to_data_uri(image), hoverinfo="skip"),
         head_points(head * pitch + centre, layer * pitch + centre, H,
                     "layer %{customdata[0]}, head %{customdata[1]}<br>click to open<extra></extra>",
                     customdata=np.stack([layer, head], 1)),  # (L·H, 2)
     ], layout=dict(
-        title=f"all {L} layers × {H} heads over {n_tokens:,} tokens · {REDUCES[reduce]} of "
-              f"{block:,}-token blocks · dark = {top:.3g} or more ({QUANTILE}th percentile) · click a head",
+        title=title,
         xaxis=dict(title="head", tickvals=np.arange(H) * pitch + centre, ticktext=[str(h) for h in range(H)], side="top",
-                   fixedrange=True, showgrid=False, zeroline=False),
+                   fixedrange=True, showgrid=False, zeroline=False, range=[-0.5, image.shape[1] - 0.5]),
         yaxis=dict(title="layer", tickvals=np.arange(L) * pitch + centre, ticktext=[str(l) for l in range(L)],
-                   fixedrange=True, showgrid=False, zeroline=False),
+                   fixedrange=True, showgrid=False, zeroline=False, scaleanchor=False,
+                   range=[image.shape[0] - 0.5, -0.5]),
         shapes=shapes, hovermode="closest", hoverdistance=-1, dragmode=False,
-        margin=dict(l=NUMBERS_LEFT, r=10, t=90, b=10),
-        height=int(min(800, max(260, 120 + 900 * L / H))),
+        margin=dict(l=NUMBERS_LEFT, r=10, t=top_margin, b=10),
+        height=top_margin + int(min(700, max(200, 40 + 900 * L / H))),
     ))
 
 
@@ -95,8 +100,9 @@ def blocks_heatmap(pooled: np.ndarray, starts: np.ndarray, block: int, n_tokens:
                    showlegend=False),
     ], layout=dict(
         title=dict(text=f"{title} · {REDUCES[reduce]} of {block:,}-token blocks",  # one line overflowed a column
-                   subtitle=dict(text=f"key positions across · colours up to the {QUANTILE}th percentile · "
-                                      "drag a box to zoom")),  # names the key axis: its own title overlapped this
+                   subtitle=dict(text=wrap_title(f"key positions across · colours up to the {QUANTILE}th "
+                                                 "percentile · drag a box to zoom", 56))),  # names the key axis:
+        # its own title overlapped this; wrapped, so a phone shows it whole
         shapes=shapes,
         dragmode="select",
         xaxis=dict(side="top", range=[0, n_tokens], ticklabeloverflow="allow"),  # see window_heatmap
@@ -146,16 +152,17 @@ def reach_lines(row: np.ndarray, col: np.ndarray, focus: int, label: str, title:
     plotly selects points of a trace with markers only: each line has invisible ones, of which it draws just one."""
     clickable = dict(mode="lines+markers", marker=dict(size=1, opacity=0, maxdisplayed=1),
                      selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0)))
+    heading, top = top_title(f"{title} · “{html.escape(label, quote=False)}” at {focus:,}", top_axis=False)  # wrapped
     return go.Figure([
         go.Scatter(y=np.asarray(row, np.float32), x0=0, dx=1, name="it attends to (its row)",
                    hovertemplate="key %{x}: %{y:.4g}<extra>attends to</extra>", **clickable),
         go.Scatter(y=np.asarray(col, np.float32), x0=0, dx=1, name="attends to it (its column)",
                    hovertemplate="query %{x}: %{y:.4g}<extra>attends to it</extra>", **clickable),
     ], layout=dict(
-        title=f"{title} · “{html.escape(label, quote=False)}” at {focus:,}",
+        title=heading,
         xaxis=dict(title="position", range=[0, max(len(row), len(col), 2) - 1]),  # markers would pad an autorange
         yaxis=dict(title="weight", rangemode="tozero"), height=340,
-        margin=dict(l=NUMBERS_LEFT, r=EDGE, t=60, b=LEGEND_BELOW),
+        margin=dict(l=NUMBERS_LEFT, r=EDGE, t=top, b=LEGEND_BELOW),
         legend=dict(orientation="h", y=-0.25),
         dragmode="zoom",  # Streamlit makes a chart that takes clicks pan: a drag still zooms, as it did
         # A click takes the hovered point. "closest" ties every point within 3 px (21 positions a pixel at 16,384
@@ -214,11 +221,12 @@ def sink_grid(share: np.ndarray, threshold: float, what: str = "the first token"
 
 def received_line(received: np.ndarray, n_queries: int, title: str) -> go.Figure:
     """The share of all weight each key position receives (``received`` (Tk,) summed over ``n_queries`` rows)."""
+    heading, top = top_title(f"{title} · share of the weight each key receives", top_axis=False)  # wrapped
     return go.Figure(go.Scatter(y=np.asarray(received, np.float32) / n_queries, x0=0, dx=1, mode="lines",
                                 hovertemplate="key %{x}: %{y:.3%} of the weight<extra></extra>"),
-                     layout=dict(title=f"{title} · share of the weight each key receives",
+                     layout=dict(title=heading,
                                  xaxis=dict(title="key position"), yaxis=dict(title="share", type="log"), height=300,
-                                 margin=dict(l=NUMBERS_LEFT, r=EDGE, t=50, b=NUMBERS_BELOW)))
+                                 margin=dict(l=NUMBERS_LEFT, r=EDGE, t=top, b=NUMBERS_BELOW)))
 
 
 def distance_profile(distance: np.ndarray, labels: list[str], title: str, selected: int | None = None) -> go.Figure:
@@ -227,6 +235,7 @@ def distance_profile(distance: np.ndarray, labels: list[str], title: str, select
     The bins' labels are slanted, with room below for the longest: a long text's dozen ("4,096–8,191") did not fit
     flat beside each other in a narrow window, and plotly slanting them itself laid the chart out twice."""
     below = NUMBERS_BELOW + 5 * max(map(len, labels), default=0)  # a slanted label's height: ~5 px a character
+    heading, top = top_title(f"{title} · how weight falls off with query–key distance (log bins)", top_axis=False)
     return go.Figure([
         go.Scatter(x=np.arange(len(labels)), y=np.asarray(d, np.float32), mode="lines+markers", name=f"head {h}",
                    line=dict(width=4 if h == selected else 1.5),
@@ -234,9 +243,9 @@ def distance_profile(distance: np.ndarray, labels: list[str], title: str, select
                    customdata=labels)
         for h, d in enumerate(distance)
     ], layout=dict(
-        title=f"{title} · how weight falls off with query–key distance (log bins)",
+        title=heading,  # wrapped
         xaxis=dict(title="distance |query − key| in tokens", tickvals=list(range(len(labels))), ticktext=labels,
                    tickangle=-45),
         yaxis=dict(title="share of the weight", rangemode="tozero"), height=360 + below - NUMBERS_BELOW,
-        margin=dict(l=NUMBERS_LEFT, r=SIDE_KEY, t=50, b=below),
+        margin=dict(l=NUMBERS_LEFT, r=SIDE_KEY, t=top, b=below),
     ))
