@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tiny_models import tiny_backend, tiny_model  # noqa: E402,F401  session fixtures: tiny_model(family) -> folder, tiny_backend(family) -> loaded
+from real_models import smollm2, smollm2_eager  # noqa: E402,F401  SmolLM2 from its GGUF file, loaded once
 
 SCREENSHOTS = ROOT / "tests" / "screenshots"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
