@@ -85,11 +85,14 @@ def _key_lock(key: str):
 
 
 def open_model(key: str) -> Backend:
-    """Load the model behind ``key`` (uncached): ``builtin:…``, ``hf:<hub id or folder>``, or a local folder."""
+    """Load the model behind ``key`` (uncached): ``builtin:…``, ``hf:<hub id, folder or .gguf file>``, or a local
+    folder or .gguf file."""
     key = normalise(key)
     if _REGISTERED.get(key) is not None:
         return _REGISTERED[key]
-    if key in BUILTIN or key in PACKAGED or key.startswith("hf:") or (key and Path(key).expanduser().is_dir()):
+    local = Path(key).expanduser() if key else None  # a folder, or a GGUF file
+    if (key in BUILTIN or key in PACKAGED or key.startswith("hf:")
+            or (local and (local.is_dir() or local.suffix.lower() == ".gguf"))):
         _import_transformers()
         with _key_lock(key):
             if key in BUILTIN or key in PACKAGED:
@@ -99,7 +102,7 @@ def open_model(key: str) -> Backend:
             return load_hf(key.removeprefix("hf:"))
     raise ValueError(
         f"Unknown model {key!r}. Known models: {', '.join(list_models())}; "
-        "or 'hf:<Hugging Face id or local folder>'."
+        "or 'hf:<Hugging Face id, local folder or .gguf file>'."
     )
 
 
