@@ -20,7 +20,7 @@ from server import short
 # In order: payload writes bertviz's HTML that browser opens.
 SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "page_payload", "analysis_speed",
            "on_demand", "corpus", "long_browser", "cold_memory", "dtype_memory", "interventions", "notebook_payload",
-           "faithfulness", "lens_payload"]
+           "faithfulness", "visitors", "lens_payload", "gguf_llm"]
 MINILM = "builtin:minilm"
 
 
@@ -112,6 +112,10 @@ def targets() -> list[list]:
     ours = lens.get("attnviz explorer, cache with hook_q/hook_k")
     add("explorer on a 1,024-token TransformerLens cache (every layer) / CircuitsVis, one layer",
         ours and peer and ours / peer, 1.0, lambda v: v < 1.0, lambda v: f"{v:.4f}×")
+    for r in (load("visitors") or {}).get("rows", []):  # issue 58: every visitor served, none lost
+        total = r["long"] + r["short"]
+        add(f"{r['long']} long + {r['short']} short visitors at once: pages finished", r["long_done"] + r["short_done"],
+            total, lambda v, n=total: v == n, lambda v, n=total: f"{v} of {n}")
     return rows
 
 

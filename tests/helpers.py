@@ -46,9 +46,11 @@ class Tab:
     Given ``tabs`` (an ExitStack) the tab closes with it; else use it as a context manager or call ``close``.
     """
 
-    def __init__(self, url: str, tabs: ExitStack | None = None, max_size: int = 2**27):
+    def __init__(self, url: str, tabs: ExitStack | None = None, max_size: int = 2**27, pings: bool = True):
+        # pings=False: no pings of its own, as a browser sends none (a server too busy to answer one in 20 s would
+        # otherwise lose the visitor, which a browser would keep)
         ws = connect(url.replace("http", "ws", 1) + "/_stcore/stream", subprotocols=["streamlit"], max_size=max_size,
-                     open_timeout=60)
+                     open_timeout=60, ping_interval=20 if pings else None)
         self.ws = tabs.enter_context(ws) if tabs is not None else ws
         self.page = ""  # the script hash of the page the session is on, from its first message
         self.session_id = None
