@@ -1,4 +1,4 @@
-"""The command line: ``python -m attnviz models | trace | plot | generate | roles | corpus``.
+"""The command line: ``python -m attnviz models | trace | plot | generate | roles | atlas | corpus``.
 
 Bad input (an empty text, a missing file, a layer out of range) gets one plain line on stderr and
 exit status 2, as argparse does for bad arguments; a model that fails to run gets exit status 1.
@@ -143,6 +143,35 @@ def cmd_roles(args) -> None:
           file=sys.stderr)
 
 
+def cmd_atlas(args) -> None:
+    import json
+
+    import attnviz
+
+    started = time.monotonic()
+
+    def progress(done, total, what):
+        print(f"attnviz: {what} ({time.monotonic() - started:.0f} s)", file=sys.stderr)
+
+    try:
+        backend = attnviz.load(args.model)
+        frame = attnviz.head_atlas(backend, None if args.file is None else _text(args), tokens=args.tokens,
+                                   needles=args.needles, seed=args.seed, progress=progress)
+        check = (attnviz.atlas_knockout(backend, frame, args.knockout, args.seed, progress)
+                 if args.knockout and frame.attrs["retrieval"] else None)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if args.json:
+        meta = {k: v for k, v in frame.attrs.items() if k != "probes"}
+        meta["probes"] = [{k: v for k, v in p.items() if k != "text"} for p in frame.attrs["probes"]]
+        print(json.dumps({**meta, "heads": json.loads(frame.to_json(orient="records")),
+                          "knockout": None if check is None else json.loads(check.table().to_json(orient="records"))}))
+        return
+    print(frame.to_string(index=False))
+    if check is not None:
+        print(check.table().to_string(index=False))
+
+
 def cmd_corpus(args) -> None:
     from attnviz import corpus as cp
     from attnviz import settings
@@ -194,7 +223,7 @@ def parser() -> argparse.ArgumentParser:
         description="Run text through a transformer and save what its attention heads do.",
         epilog="Models: the keys `models` lists, hf:<Hugging Face id or folder>, or a local folder.",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="{models,trace,plot,generate,roles,corpus}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{models,trace,plot,generate,roles,atlas,corpus}")
     models = sub.add_parser("models", help="list the built-in model keys")
     models.add_argument("--check", metavar="hf:<id or folder>",
                         help="trace this model, compare every head with its own eager attention, print its row")
@@ -234,6 +263,18 @@ def parser() -> argparse.ArgumentParser:
     gen.set_defaults(run=cmd_generate)
     text_command("roles", "score every head's roles (previous-token, induction, …) on the text and on the "
                  "repeated random-token probe; write them as CSV", out=".csv").set_defaults(run=cmd_roles)
+
+    help = ("the long-context head atlas: retrieval, streaming, sink and sparse-pattern scores of every head on "
+            "needle-in-a-haystack probes, each with its null, and the knock-out check")
+    atlas = sub.add_parser("atlas", help=help, description=help)
+    atlas.add_argument("model", help="model key (builtin:…, hf:<id or folder>)")
+    atlas.add_argument("--tokens", type=int, default=2048, help="tokens of each probe (default 2048)")
+    atlas.add_argument("--needles", type=int, default=3, help="probes, the needle at as many depths (default 3)")
+    atlas.add_argument("--seed", type=int, default=0, help="random seed of the probes and nulls (default 0)")
+    atlas.add_argument("--knockout", type=int, default=10, help="heads knocked out in the check (default 10; 0: none)")
+    atlas.add_argument("--file", help="hide the needles in this UTF-8 document (default: bundled sentences)")
+    atlas.add_argument("--json", action="store_true", help="print JSON (the heads, the probes, the check)")
+    atlas.set_defaults(run=cmd_atlas, text=None)
 
     from attnviz.corpus import NAMES
 

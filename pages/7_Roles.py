@@ -8,6 +8,7 @@ from attnviz.figures.roles import role_grid
 from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame, plain
 from attnviz.ui.heads import head_chart
+from attnviz.ui.atlas import atlas_section
 
 f = frame("Roles")
 st.title("Head roles")
@@ -64,3 +65,6 @@ table = role_table(text_scores, probe_scores, by_probe=scores is probe_scores)
 st.dataframe(table, hide_index=True, key="role_table")
 st.download_button("Download the scores (CSV)", table.to_csv(index=False), f"{file_stem(f.key)}_roles.csv", "text/csv",
                    key="roles_csv", on_click="ignore")
+
+st.header("Long context")
+atlas_section(f)

@@ -8,8 +8,8 @@ import pytest
 
 from attnviz import AttentionTrace
 from attnviz.analysis import atlas
-from attnviz.analysis.atlas import (BLOCK, PATTERNS, SINK, WINDOW, a_shape_kept, block_sparse_kept, mass_scores,
-                                    null_hi, pattern_of, retrieval_hits, score_trace, vertical_slash_choice,
+from attnviz.analysis.atlas import (BLOCK, PATTERNS, SINK, WINDOW, a_shape_kept, block_sparse_kept, masks,
+                                    mass_scores, null_hi, pattern_of, retrieval_hits, score_trace, vertical_slash_choice,
                                     vertical_slash_kept)
 
 T = 1024
@@ -79,7 +79,7 @@ def test_a_head_restricted_to_sink_and_window_loses_nothing_when_streamed():
     positions = np.arange(300, T, 37)
     rng = np.random.default_rng(0)
     w = np.concatenate([rows_of(streaming_head(), positions), rows_of(causal_uniform(), positions)])  # (2, n, T)
-    got = mass_scores(w, positions, True, rng)
+    got = mass_scores(w, masks(positions, T, True, rng, 128))
     np.testing.assert_allclose(got["streaming"][0], 0.0, atol=1e-12)
     # a uniform head keeps (SINK + WINDOW) of p + 1 keys
     np.testing.assert_allclose(got["streaming"][1], 1 - (SINK + WINDOW) / (positions + 1), atol=1e-12)
@@ -95,7 +95,7 @@ def test_sink_and_its_null_against_a_reference_drawn_key_by_key():
     positions = np.array([200, 511, 1000])
     sinky = normalised(np.where(np.arange(T)[None, :] == 0, 1000.0, 1.0) * np.ones((T, T)))
     w = rows_of(sinky, positions)
-    got = mass_scores(w, positions, True, np.random.default_rng(5))
+    got = mass_scores(w, masks(positions, T, True, np.random.default_rng(5), 128))
     want = np.array([sinky[p, :SINK].sum() for p in positions])
     np.testing.assert_allclose(got["sink"][0], want, rtol=1e-12)
     # the null's keys: SINK distinct keys the query sees, drawn uniformly (the same draw, made by hand)
@@ -112,7 +112,7 @@ def test_bidirectional_windows_sit_around_the_query():
     i, j = np.indices((T, T))
     local = ((np.abs(i - j) <= WINDOW // 2) | (j < SINK)).astype(float)
     local /= local.sum(-1, keepdims=True)
-    got = mass_scores(rows_of(local, positions), positions, False, np.random.default_rng(0))
+    got = mass_scores(rows_of(local, positions), masks(positions, T, False, np.random.default_rng(0), 128))
     np.testing.assert_allclose(got["streaming"], 0.0, atol=1e-12)
 
 
@@ -142,8 +142,9 @@ def test_each_pattern_is_found_on_a_head_built_from_its_mask():
         w = heads[:, a:b]
         if choice is None:
             choice = vertical_slash_choice(w, pos, budget)
-        kept["a-shape"].append(a_shape_kept(w, pos, True, budget))
-        kept["vertical-slash"].append(vertical_slash_kept(w, pos, choice))
+        m = masks(pos, T, True, rng, budget)
+        kept["a-shape"].append(a_shape_kept(w, m))
+        kept["vertical-slash"].append(vertical_slash_kept(w, m.diagonal, choice))
         kept["block-sparse"].append(block_sparse_kept(w, budget))
     means = {p: np.concatenate(v, -1).mean(-1) for p, v in kept.items()}
     assert list(pattern_of(means)) == ["a-shape", "vertical-slash", "block-sparse", "dense"]
@@ -157,7 +158,8 @@ def test_kept_masses_against_masks_built_by_hand():
     w = normalised(rng.random((n, n)) ** 8)[None]  # (1, n, n) peaky rows
     pos = np.arange(192, 256)
     rows = w[:, pos]
-    got = a_shape_kept(rows, pos, True, budget, block=16)
+    m = masks(pos, n, True, rng, budget, block=16)
+    got = a_shape_kept(rows, m)
     want = [w[0, p, [k for k in range(p + 1) if k < 16 or k > p - 48]].sum() for p in pos]
     np.testing.assert_allclose(got[0], want, rtol=1e-12)
 
@@ -170,7 +172,7 @@ def test_kept_masses_against_masks_built_by_hand():
             diag_mass[p - k] = diag_mass.get(p - k, 0.0) + rows[0, r, k]
     best = sorted(diag_mass, key=lambda d: -diag_mass[d])[:32]
     assert set(diags[0] - n) == set(best)
-    got = vertical_slash_kept(rows, pos, (cols, diags))
+    got = vertical_slash_kept(rows, m.diagonal, (cols, diags))
     want = [w[0, p, [k for k in range(n) if k in set(cols[0]) or p - k in set(best)]].sum() for p in pos]
     np.testing.assert_allclose(got[0], want, rtol=1e-12)
 
@@ -280,3 +282,73 @@ def test_bad_settings_are_refused_in_words(tokens, needles, match):
 
     with pytest.raises(ValueError, match=match):
         attnviz.head_atlas("builtin:seed", tokens=tokens, needles=needles)
+
+
+def test_the_roles_page_long_context_section(long_llama):
+    """AppTest: the section computes on a click, and its grid, table, knock-out table and CSV are the library's."""
+    import attnviz
+    from streamlit.runtime.memory_media_file_storage import _calculate_file_id
+
+    from attnviz.export import file_stem
+
+    from helpers import decode, ok, open_page
+    from test_analysis_pages import charts, select
+
+    folder = long_llama.key.removeprefix("hf:")
+    view = dict(model=folder, text="The cat sat on the mat.", atlas_tokens="300", atlas_k="2")
+    at = ok(open_page("pages/7_Roles.py", **view))  # (a typed model folder does not survive set_value: links)
+    assert "atlas_grid" not in charts(at)  # nothing heavy until asked
+    at = ok(open_page("pages/7_Roles.py", **view, atlas_on="true"))
+    want = attnviz.head_atlas(long_llama, tokens=300, needles=3)
+    check = attnviz.atlas_knockout(long_llama, want, k=2)
+    heat, points, *legend = charts(at)["atlas_grid"]["data"]
+    L, H = long_llama.n_layers, long_llama.n_heads
+    names = list(atlas.ROLES)
+    np.testing.assert_array_equal(decode(heat["z"]), want.role.map(names.index).to_numpy().reshape(L, H))
+    custom = decode(points["customdata"])
+    np.testing.assert_allclose(custom[:, 2:5], want[["retrieval", "retrieval_null_hi", "streaming"]], atol=1e-12)
+    from attnviz.figures.atlas import CLASS_LABELS
+
+    assert [t["name"] for t in legend] == [CLASS_LABELS[n] for n in names]
+    table = {"atlas_table" if "retrieval" in d.value else "atlas_knockout": d.value for d in at.dataframe
+             if "retrieval" in d.value or "needle recall" in d.value}
+    assert len(table) == 2
+    shown = table["atlas_table"].reset_index(drop=True)
+    assert shown[["layer", "head", "pattern", "role"]].equals(want[["layer", "head", "pattern", "role"]])
+    np.testing.assert_allclose(shown[["streaming", "sink", "kept_block_sparse"]], want[["streaming", "sink",
+                                                                                       "kept_block_sparse"]])
+    np.testing.assert_allclose(table["atlas_knockout"]["needle recall"], check.table()["needle recall"])
+    (csv,) = [b for b in at.get("download_button") if b.proto.id.endswith("atlas_csv")]
+    name = f"{file_stem(long_llama.key.removeprefix('hf:'))}_atlas.csv"
+    assert csv.proto.url.endswith(_calculate_file_id(want.to_csv(index=False).encode(), "text/csv", name) + ".csv")
+
+
+def test_a_click_on_the_atlas_opens_the_head_at_the_needle():
+    import attnviz
+
+    from helpers import ok, open_page
+    from test_analysis_pages import select
+
+    at = ok(open_page("pages/7_Roles.py", model="builtin:seed", text="The cat sat on the mat.", atlas_tokens="256",
+                      atlas_needles="1", atlas_on="true"))
+    probe = attnviz.head_atlas("builtin:seed", tokens=256, needles=1).attrs["probes"][0]
+    assert any("an encoder generates nothing" in c.value for c in at.caption)
+    at = select(at, "atlas_grid", {"x": 3, "y": 2, "point_index": 2 * 8 + 3, "curve_number": 1})
+    assert at.session_state["layer"] == 2 and at.session_state["head"] == 3
+    assert at.session_state["text"] == probe["text"]
+    assert at.query_params.get("token") == str(probe["needle"][0])
+
+
+def test_the_cli_prints_the_atlas_as_json(capsys):
+    import attnviz
+    from attnviz.cli import main
+
+    assert main(["atlas", "builtin:seed", "--tokens", "256", "--needles", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    want = attnviz.head_atlas("builtin:seed", tokens=256, needles=1)
+    assert out["model"] == "builtin:seed" and out["knockout"] is None and len(out["heads"]) == len(want)
+    assert [h["role"] for h in out["heads"]] == list(want.role)
+    np.testing.assert_allclose([h["sink"] for h in out["heads"]], want.sink, rtol=1e-6)
+    assert out["probes"][0]["needle"] == list(want.attrs["probes"][0]["needle"])
+    assert main(["atlas", "builtin:seed", "--tokens", "10"]) == 2
+    assert "at least 64" in capsys.readouterr().err

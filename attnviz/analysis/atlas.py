@@ -29,13 +29,14 @@ Pure scoring here; ``head_atlas`` and ``knockout_recall`` take a loaded backend 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 SINK = 4  # the first tokens a streaming cache keeps (StreamingLLM's 4 sinks)
 WINDOW = 64  # the recent tokens a streaming cache keeps
+RETRIEVAL_MIN = 0.1  # Wu et al. call a head a retrieval head from this score on
 SINK_THRESHOLD = 0.3  # Gu et al.'s ε: a sink head puts more than this on the first tokens
 STREAMING_MAX = 0.1  # a head that loses at most this when streamed can keep a sink + window cache
 BLOCK = 64  # MInference's block of queries and keys
@@ -91,28 +92,46 @@ def seen(positions: np.ndarray, n_keys: int, causal: bool) -> np.ndarray:
     return j <= np.asarray(positions)[:, None] if causal else np.ones((len(positions), n_keys), bool)
 
 
-def mass_scores(w: np.ndarray, positions, causal: bool, rng: np.random.Generator, sink: int = SINK,
-                window: int = WINDOW) -> dict[str, np.ndarray]:
-    """Per head and query row (H, n) of rows ``w`` (H, n, Tk) at query ``positions`` (n,): ``sink`` (mass on the
-    first ``sink`` keys), ``streaming`` (1 − mass on the first ``sink`` and the ``window`` nearest keys), and their
-    nulls: the same numbers of keys at random positions among those the query sees."""
-    H, n, Tk = w.shape
-    first = np.zeros(Tk, bool)
-    first[:sink] = True
-    stream = near(positions, Tk, window, causal) | first[None, :]  # (n, Tk)
-    may = seen(positions, Tk, causal)  # (n, Tk)
-    # The null's keys: as many as each mask holds, drawn uniformly among the keys the query sees.
-    order = np.where(may, rng.random((n, Tk)), np.inf).argsort(-1)  # (n, Tk) seen keys first, shuffled
+class Masks(NamedTuple):
+    """The keys each pattern keeps for one block of query rows, (n, Tk) each: made once per block, read by every
+    layer."""
+
+    stream: np.ndarray  # the first SINK keys and the WINDOW nearest
+    sink_null: np.ndarray  # as many keys as the sink mask holds, at random among those the query sees
+    stream_null: np.ndarray  # as many as the streaming mask holds, at random
+    a_shape: np.ndarray  # the first block and the budget's nearest keys
+    diagonal: np.ndarray  # (n, Tk) int: each key's diagonal (``offsets``)
+
+
+def masks(positions, n_keys: int, causal: bool, rng: np.random.Generator, budget: int, sink: int = SINK,
+          window: int = WINDOW, block: int = BLOCK) -> Masks:
+    """The masks of query ``positions`` (n,) over ``n_keys`` keys; the nulls' keys drawn from ``rng``."""
+    positions = np.asarray(positions)
+    n = len(positions)
+    draw = rng.random((n, n_keys))  # first: a test redraws the nulls from the same seed
+    first = np.arange(n_keys)[None, :] < sink  # (1, Tk)
+    stream = near(positions, n_keys, window, causal) | first
+    may = seen(positions, n_keys, causal)  # (n, Tk)
+    order = np.where(may, draw, np.inf).argsort(-1)  # (n, Tk) the keys the query sees first, shuffled
     rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(Tk)[None, :].repeat(n, 0), -1)  # (n, Tk) each key's place in the draw
-    k_sink = np.minimum(sink, may.sum(-1))[:, None]  # (n, 1)
-    k_stream = (stream & may).sum(-1)[:, None]
-    return {
-        "sink": w[:, :, :sink].sum(-1),
-        "streaming": 1.0 - (w * stream[None]).sum(-1),
-        "sink_null": (w * (rank < k_sink)[None]).sum(-1),
-        "streaming_null": 1.0 - (w * (rank < k_stream)[None]).sum(-1),
-    }
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(n_keys), (n, n_keys)), -1)  # each key's place in the draw
+    a_shape = near(positions, n_keys, budget - block, causal)
+    a_shape[:, :block] = True
+    return Masks(stream, rank < np.minimum(sink, may.sum(-1))[:, None], rank < (stream & may).sum(-1)[:, None],
+                 a_shape, offsets(positions, n_keys))
+
+
+def kept(w: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(H, n): the mass of rows ``w`` (H, n, Tk) on ``mask`` (n, Tk)."""
+    return np.einsum("hnk,nk->hn", w, mask.astype(w.dtype))
+
+
+def mass_scores(w: np.ndarray, m: Masks, sink: int = SINK) -> dict[str, np.ndarray]:
+    """Per head and query row (H, n) of rows ``w`` (H, n, Tk): ``sink`` (mass on the first ``sink`` keys),
+    ``streaming`` (1 − mass on the first ``sink`` and the ``window`` nearest keys), and their nulls: the same
+    numbers of keys at random positions among those the query sees."""
+    return {"sink": w[:, :, :sink].sum(-1), "streaming": 1.0 - kept(w, m.stream),
+            "sink_null": kept(w, m.sink_null), "streaming_null": 1.0 - kept(w, m.stream_null)}
 
 
 def budget_of(n_keys: int, block: int = BLOCK, share: float = BUDGET) -> int:
@@ -120,12 +139,9 @@ def budget_of(n_keys: int, block: int = BLOCK, share: float = BUDGET) -> int:
     return max(2 * block, int(round(n_keys * share)))
 
 
-def a_shape_kept(w: np.ndarray, positions, causal: bool, budget: int, block: int = BLOCK) -> np.ndarray:
-    """(H, n): the mass of the first ``block`` keys plus the ``budget − block`` nearest ones."""
-    Tk = w.shape[2]
-    mask = near(positions, Tk, budget - block, causal)
-    mask[:, :block] = True
-    return (w * mask[None]).sum(-1)
+def a_shape_kept(w: np.ndarray, m: Masks) -> np.ndarray:
+    """(H, n): the mass of the first block of keys plus the budget's nearest ones."""
+    return kept(w, m.a_shape)
 
 
 def offsets(positions, n_keys: int) -> np.ndarray:
@@ -147,18 +163,18 @@ def vertical_slash_choice(w: np.ndarray, positions, budget: int) -> tuple[np.nda
     return columns, diagonals
 
 
-def vertical_slash_kept(w: np.ndarray, positions, choice: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """(H, n): the mass of rows ``w`` (H, n, Tk) on the chosen columns and diagonals (their union)."""
+def vertical_slash_kept(w: np.ndarray, diag: np.ndarray, choice: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """(H, n): the mass of rows ``w`` (H, n, Tk) on the chosen columns and diagonals (their union); ``diag``
+    (n, Tk): each key's diagonal (``offsets``)."""
     H, n, Tk = w.shape
     columns, diagonals = choice
-    diag = offsets(positions, Tk)  # (n, Tk)
-    out = np.empty((H, n))
+    out = np.empty((H, n), w.dtype)
     for h in range(H):
         keep = np.zeros(2 * Tk + 1, bool)
         keep[diagonals[h]] = True
         mask = keep[diag]  # (n, Tk)
         mask[:, columns[h]] = True
-        out[h] = (w[h] * mask).sum(-1)
+        out[h] = kept(w[h][None], mask)[0]
     return out
 
 
@@ -194,9 +210,10 @@ def null_hi(values: np.ndarray, rng: np.random.Generator, n_boot: int = BOOTSTRA
 
 
 def role_of(frame: pd.DataFrame) -> np.ndarray:
-    """Each head's class, the first of ROLES that applies: retrieval (above its null), sink (over SINK_THRESHOLD
-    and above its null), streaming (loses at most STREAMING_MAX when streamed), else full (needs the whole cache)."""
-    retrieval = (frame.retrieval > frame.retrieval_null_hi) & (frame.retrieval > 0)
+    """Each head's class, the first of ROLES that applies: retrieval (at least RETRIEVAL_MIN and above its null),
+    sink (over SINK_THRESHOLD and above its null), streaming (loses at most STREAMING_MAX when streamed), else full
+    (needs the whole cache)."""
+    retrieval = (frame.retrieval > frame.retrieval_null_hi) & (frame.retrieval >= RETRIEVAL_MIN)
     sink = (frame.sink > SINK_THRESHOLD) & (frame.sink > frame.sink_null_hi)
     streaming = frame.streaming <= STREAMING_MAX
     return np.select([retrieval.to_numpy(), sink.to_numpy(), streaming.to_numpy()], list(ROLES[:3]), "full")
@@ -325,17 +342,17 @@ def score_trace(trace, scores: _Scores, rng: np.random.Generator, causal: bool, 
     budget = budget_of(T, block)
     blocks = query_blocks(T, block)
     hits = None if steps is None else np.zeros((L, H, needle[1] - needle[0]), bool)
+    made = [masks(np.arange(a, b), T, causal, rng, budget, block=block) for a, b in blocks]  # once for every layer
     for layer in range(L):
         choice = None
-        for a, b in blocks:
+        for (a, b), m in zip(blocks, made):
             w = w_.tile(layer, heads, a, b)  # (H, rows, Tk)
-            pos = np.arange(a, b)
-            for name, v in mass_scores(w, pos, causal, rng).items():
+            for name, v in mass_scores(w, m).items():
                 scores.add(layer, name, v)
             if choice is None:  # the last block: MInference's estimate of the verticals and slashes
-                choice = vertical_slash_choice(w, pos, budget)
-            scores.add(layer, "a-shape", a_shape_kept(w, pos, causal, budget, block))
-            scores.add(layer, "vertical-slash", vertical_slash_kept(w, pos, choice))
+                choice = vertical_slash_choice(w, np.arange(a, b), budget)
+            scores.add(layer, "a-shape", a_shape_kept(w, m))
+            scores.add(layer, "vertical-slash", vertical_slash_kept(w, m.diagonal, choice))
             scores.add(layer, "block-sparse", block_sparse_kept(w, budget, block))
         if steps is not None:
             q0, n = steps
@@ -490,5 +507,5 @@ def knockout_recall(backend, atlas: pd.DataFrame, k: int = KNOCKOUT_K, seed: int
 
 
 __all__ = ["head_atlas", "knockout_recall", "Knockout", "retrieval_hits", "mass_scores", "a_shape_kept",
-           "vertical_slash_choice", "vertical_slash_kept", "block_sparse_kept", "pattern_of", "null_hi", "role_of",
+           "masks", "vertical_slash_choice", "vertical_slash_kept", "block_sparse_kept", "pattern_of", "null_hi", "role_of",
            "probes", "REFERENCES", "PATTERNS", "ROLES"]

@@ -20,7 +20,7 @@ HOVER = ("retrieval", "retrieval_null_hi", "streaming", "streaming_null_hi", "si
 def atlas_grid(frame: pd.DataFrame, title: str) -> go.Figure:
     """Cells coloured by ``frame.role``, the pattern's initials in each; one clickable point per head (layer-major,
     customdata [layer, head, HOVER scores…])."""
-    L, H = int(frame.layer.max()) + 1, int(frame.head.max()) + 1
+    L, H = int(frame.layer.max()) + 1, int(frame["head"].max()) + 1
     frame = frame.sort_values(["layer", "head"])
     names = list(CLASS_COLOURS)
     index = frame.role.map(names.index).to_numpy().reshape(L, H)
@@ -36,10 +36,10 @@ def atlas_grid(frame: pd.DataFrame, title: str) -> go.Figure:
         go.Heatmap(z=index, zmin=-0.5, zmax=R - 0.5, colorscale=scale, showscale=False, hoverinfo="skip",
                    text=frame.pattern.map(SHORT).to_numpy().reshape(L, H), texttemplate="%{text}",
                    textfont=dict(size=10 if H > 8 else 13)),
-        head_points(frame.head.to_numpy(), frame.layer.to_numpy(), H,
+        head_points(frame["head"].to_numpy(), frame.layer.to_numpy(), H,
                     "layer %{customdata[0]}, head %{customdata[1]}: %{text}<br>" + every
                     + "<br>click to open at the needle<extra></extra>",
-                    customdata=np.column_stack([frame.layer, frame.head, values]),  # (L·H, 2 + 9)
+                    customdata=np.column_stack([frame.layer, frame["head"], values]),  # (L·H, 2 + 9)
                     text=[f"{r}, {p}" for r, p in zip(frame.role, frame.pattern)]),
         *legend,
     ], layout=dict(

@@ -19,33 +19,39 @@ def clicked_head(points: list, n_heads: int) -> tuple[int, int] | None:
     return layer, head
 
 
-def open_head(layer: int, head: int, page: str | None = None) -> None:
+def open_head(layer: int, head: int, page: str | None = None, at: dict | None = None) -> None:
     """Point the layer and head pickers at (layer, head), on this page and on the next one; with ``page``, open
-    that page on the next run (call from a widget's callback: a chart's click, a button's "Open")."""
+    that page on the next run (call from a widget's callback: a chart's click, a button's "Open"), its address
+    carrying ``at`` too (the long view's ``token`` and ``zoom_start``: a position to open at)."""
     st.session_state["layer"], st.session_state["head"] = layer, head
     # A page switch restores the pickers from the values kept for the next page (frame.carry_over):
     # keep the clicked head there too, or the next page reopens whatever head was shown before.
     st.session_state.setdefault("shared_values", {}).update(layer=layer, head=head)
     if page is not None:
-        st.session_state[_PENDING] = (page, layer, head)
+        st.session_state[_PENDING] = (page, layer, head, dict(at or {}))
 
 
-def _on_select(chart_key: str, n_heads: int, page: str | None) -> None:
+def _on_select(chart_key: str, n_heads: int, page: str | None, text: str | None, at: dict | None) -> None:
     picked = clicked_head(st.session_state[chart_key].selection.points, n_heads)
-    if picked is not None:
-        open_head(*picked, page=page)
+    if picked is not None and text is not None:
+        open_text(text, *picked, page=page, at=at)
+    elif picked is not None:
+        open_head(*picked, page=page, at=at)
 
 
-def head_chart(fig, key: str, n_heads: int, page: str | None = ATTENTION_PAGE, where=st) -> None:
-    """Draw ``fig`` in ``where``; a click on a head's point opens it on ``page`` (None: on this page)."""
-    where.plotly_chart(fig, key=key, on_select=partial(_on_select, key, n_heads, page), selection_mode="points")
+def head_chart(fig, key: str, n_heads: int, page: str | None = ATTENTION_PAGE, where=st, text: str | None = None,
+               at: dict | None = None) -> None:
+    """Draw ``fig`` in ``where``; a click on a head's point opens it on ``page`` (None: on this page), on ``text``
+    at ``at`` when given (``open_text``)."""
+    where.plotly_chart(fig, key=key, on_select=partial(_on_select, key, n_heads, page, text, at),
+                       selection_mode="points")
 
 
-def open_text(text: str, layer: int, head: int, page: str = ATTENTION_PAGE) -> None:
-    """A button's callback: open ``text`` at (layer, head) on ``page``."""
+def open_text(text: str, layer: int, head: int, page: str = ATTENTION_PAGE, at: dict | None = None) -> None:
+    """A button's callback: open ``text`` at (layer, head) on ``page`` (``at``: as ``open_head`` takes it)."""
     st.session_state["text"] = text
     st.session_state.setdefault("shared_values", {})["text"] = text
-    open_head(layer, head, page)
+    open_head(layer, head, page, at)
 
 
 def follow_click() -> None:
@@ -53,5 +59,6 @@ def follow_click() -> None:
     (a copied link reopens that head)."""
     pending = st.session_state.pop(_PENDING, None)
     if pending is not None:
-        page, layer, head = pending
-        st.switch_page(page, query_params={"layer": str(layer), "head": str(head)})
+        page, layer, head, at = pending
+        params = {"layer": str(layer), "head": str(head), **{k: str(v) for k, v in at.items()}}
+        st.switch_page(page, query_params=params)
