@@ -38,8 +38,9 @@ ABOUT = (
 
 
 def _mb(model, tokens: int) -> float:
-    """MB one probe's trace holds, plus the next-token logits the knock-out forward returns."""
-    vocab = len(model.tokenizer) if getattr(model, "tokenizer", None) is not None else 0
+    """MB one probe's trace holds, plus the next-token logits (T, V) a causal model's knock-out forward returns."""
+    causal = model.kind == "decoder" and getattr(model, "tokenizer", None) is not None
+    vocab = len(model.tokenizer) if causal else 0
     return footprint.trace_mb(model, tokens + 32) + tokens * vocab * 4 / 2**20
 
 
