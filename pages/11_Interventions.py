@@ -43,8 +43,9 @@ names = labels(trace.tokens)
 st.header("Edit attention")
 layer, head = layer_head(L, H)
 head = 0 if head is None else head
+charts = st.container()  # the grid and the head above the edits box: the page's figures on its first screen
 found = ui.edits(L, H, T)
-c1, c2 = st.columns([1, 2])
+c1, c2 = charts.columns([1, 2])
 edited = np.zeros((L, H))
 for e in found:
     for h in range(H) if e.head is None else [e.head]:

@@ -22,8 +22,8 @@ log = logging.getLogger("attnviz")
 
 f = frame("Compare")
 st.title("Compare")
-st.caption("A is the sidebar's model and text; B takes another text, another model, or both.")
-st.info(CAVEAT)
+st.caption("A is the sidebar's model and text; B takes another text, another model, or both. " + CAVEAT)  # a
+# caption, not a box: the figures start on the first screen at 1280×800
 
 if "text_b" not in st.session_state and "text_b" not in st.query_params:
     st.session_state["text_b"] = CONTRASTS.get(f.text, "")  # start with a contrasting pair, not B = A

@@ -43,6 +43,11 @@ LAYOUT_CSS = (
     + ", ".join(f'.stElementContainer[class*="st-key-{k}"]' for k in HEAD_GRIDS) + " { overflow-x: auto; }"
     + ", ".join(f'[class*="st-key-{k}"] [data-testid="stFullScreenFrame"]' for k in HEAD_GRIDS)
     + f" {{ min-width: {GRID_MIN}; }}"
+    # Less room above the page and its headings, so each page's first figure starts on a 1280×800 screen (Home's
+    # plot began at 566 px, Compare's at 724)
+    + ".stMainBlockContainer { padding-top: 3rem; }"
+    ".stMainBlockContainer h1 { font-size: 2.25rem; padding: 0.5rem 0; }"
+    ".stMainBlockContainer h2 { font-size: 1.75rem; padding: 0.5rem 0 0.25rem; }"
 )
 # A page whose forward runs for seconds (a tracer with its own progress: the Attention page's long trace, which puts
 # STILL_CSS on the page before it starts) moves nothing on the page
