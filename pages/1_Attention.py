@@ -2,6 +2,8 @@
 detail, any token's view, cell by cell; past it, every head pooled, zoom into an exact window, a token's reach,
 sinks and distance profiles (ui/long.explore)."""
 
+from functools import partial
+
 import numpy as np
 import streamlit as st
 
@@ -11,6 +13,7 @@ from attnviz.ui.derived import derived
 from attnviz.ui.display import display_options
 from attnviz.ui.frame import frame, layer_head
 from attnviz.ui.readable import model_output
+from attnviz.ui import heads
 from attnviz.ui.heads import head_chart
 from attnviz.ui import long
 from attnviz.ui.share import chart_config, downloads
@@ -46,6 +49,7 @@ def overview_of(stack):
 
 def explore(name: str) -> None:
     stack = f.trace.stack(None if name == "self" else name)
+    opened_below = heads.newly_clicked(f"links_{name}")  # a head opened from the grid at the page's foot
     layer, head = layer_head(*stack.weights.shape[:2], with_mean=True)
     view = view_of(stack, layer)
     overview = st.container()
@@ -64,6 +68,8 @@ def explore(name: str) -> None:
     with detail:
         image = figure_name(f.trace.model, layer, head, "" if part == "encoder" else part)
         st.plotly_chart(figs["detail"], key=f"detail_{name}", config=chart_config(image, key=f"share_{name}"))
+        if opened_below:
+            heads.scroll_into_view(f"detail_{name}")
         downloads(f.trace, figs["detail"], layer, head, stack=part, key=f"share_{name}")
     with focus_col:
         st.html(focus_html(view, 0, head, focus, direction, log_scale, full_range))
@@ -78,7 +84,8 @@ def links(stack, view, name: str) -> None:
     c1, c2 = st.columns(2)
     q_names, k_names = view.q_labels, view.k_labels
     query = c1.selectbox("Query token (the one that looks)", q_names, index=max(0, len(q_names) - 2),
-                         key="link_query", bind="query-params")
+                         key="link_query", bind="query-params",  # the token focus above follows it
+                         on_change=partial(heads.follow_query, "link_query", "focus", "direction", "attends to"))
     key = c2.selectbox("Key token (the one looked at)", k_names, index=min(1, len(k_names) - 1),
                        key="link_key", bind="query-params")
     q, k = q_names.index(query), k_names.index(key)

@@ -52,3 +52,12 @@ def test_a_bad_first_model_still_stops_with_its_message():
     at.session_state["last_good_model"] = "hf:/no/such/folder"  # no other model drew a page in this session
     at = picker.set_value("hf:/no/such/folder").run()
     assert [e.value for e in at.error] == ["There is no folder '/no/such/folder'."] and not at.get("plotly_chart")
+
+
+def test_the_token_focus_follows_the_query_chosen_for_which_heads_link_two_tokens():
+    at = ok(open_page("pages/1_Attention.py", text="The animal didn't cross the street because it was too tired."))
+    query = at.selectbox(key="link_query")
+    chosen = query.options[3]
+    at.radio(key="direction").set_value("attended by")
+    at = ok(query.set_value(chosen).run())
+    assert at.selectbox(key="focus").value == chosen and at.radio(key="direction").value == "attends to"

@@ -62,3 +62,27 @@ def follow_click() -> None:
         page, layer, head, at = pending
         params = {"layer": str(layer), "head": str(head), **{k: str(v) for k, v in at.items()}}
         st.switch_page(page, query_params=params)
+
+
+def follow_query(query_key: str, focus_key: str, direction_key: str, direction: str) -> None:
+    """A callback: the token focus follows the query just chosen in another picker (what it attends to)."""
+    st.session_state[focus_key] = st.session_state[query_key]
+    st.session_state[direction_key] = direction
+
+
+def newly_clicked(chart_key: str) -> bool:
+    """Whether the points selected on ``chart_key`` changed since this was last asked (a click, not a rerun)."""
+    chart = st.session_state.get(chart_key)
+    points = repr(chart.selection.points) if chart is not None and chart.selection.points else None
+    seen = st.session_state.get(f"{chart_key}_seen")
+    st.session_state[f"{chart_key}_seen"] = points
+    return points is not None and points != seen
+
+
+def scroll_into_view(key: str) -> None:
+    """Bring the element keyed ``key`` to the top of the window: the head a click on a grid far below it opened
+    there, ~2,000 px above where the user was looking. ``key`` is our own constant, never user text."""
+    st.html(f"""<script>setTimeout(() => {{
+      const el = window.parent.document.querySelector('.st-key-{key}') || document.querySelector('.st-key-{key}');
+      if (el) {{ el.style.scrollMarginTop = "4.5rem"; el.scrollIntoView({{block: "start"}}); }}  // clear of the header
+    }}, 300);</script>""", unsafe_allow_javascript=True)
