@@ -130,7 +130,7 @@ def report(result: dict) -> str:
     def mb(v):
         return f"{v:,.0f}"
 
-    rows = [[f"{r['long']} + {r['short']}", f"{r['long_done']}/{r['long']} ({r['long_waited']} told their place)",
+    rows = [[f"{r['long']} + {r['short']}", f"{r['long_done']}/{r['long']} ({r['long_waited']} of them told their place)",
              f"{r['short_done']}/{r['short']}",
              " / ".join(f"{s:.2f}" for s in r["short_first_s"]) + f" (idle {statistics.median(r['idle_first_s']):.2f})",
              " / ".join(f"{x:.1f}" for x in r["ratio"]), mb(r["rss_base_mb"]), mb(r["rss_peak_mb"]),
