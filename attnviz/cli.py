@@ -17,23 +17,41 @@ class InputError(Exception):
     """Something the user can fix: printed as one line, exit status 2."""
 
 
+TEXT_BYTES = 16 << 20  # the most a text file is read: past any model's token limit (32,768 tokens is ~150 KB of English)
+
+
+def _read(source, name: str) -> str:
+    """At most TEXT_BYTES from a binary stream, as UTF-8; a file, a pipe or /dev/zero alike."""
+    data = source.read(TEXT_BYTES + 1)
+    if len(data) > TEXT_BYTES:
+        raise InputError(f"{name} holds more than {TEXT_BYTES >> 20} MB, more text than any model here takes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{name} is not UTF-8 text (byte {e.start:,})") from None
+
+
 def _text(args) -> str:
     if args.file is not None:
         try:
-            return Path(args.file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            raise InputError(f"cannot read {args.file!r}: {reason}") from None
-    return sys.stdin.read() if args.text == "-" else args.text
+            with open(args.file, "rb") as f:
+                return _read(f, repr(args.file))
+        except OSError as e:
+            raise InputError(f"cannot read {args.file!r}: {e.strerror or e}") from None
+    return _read(sys.stdin.buffer, "standard input") if args.text == "-" else args.text
 
 
 def _trace(args):
     import attnviz
 
     try:
-        return attnviz.trace(_text(args), model=args.model, target=args.target)
+        t = attnviz.trace(_text(args), model=args.model, target=args.target)
     except ValueError as e:
         raise InputError(str(e)) from None
+    if t.truncated:
+        print(f"attnviz: note: the text has {t.truncated:,} tokens more than {args.model} takes here; they were cut",
+              file=sys.stderr)
+    return t
 
 
 def cmd_models(args) -> None:

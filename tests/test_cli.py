@@ -99,3 +99,31 @@ def test_bad_input_gets_one_clear_line_and_status_2(runs, name, message):
     assert r.returncode == 2
     assert message in r.stderr and "Traceback" not in r.stderr
     assert not (ROOT / "x.npz").exists()
+
+
+ENGLISH = " ".join(["The river passes the old mill at dawn, and the miller counts the sacks of grain."] * 3_800)
+
+
+def test_the_library_counts_every_token_it_cuts_past_the_old_character_cap(monkeypatch):
+    """300,000 characters, over the 100,000 once cut silently before tokenizing: truncated counts the whole text."""
+    monkeypatch.setenv("ATTNVIZ_MAX_TOKENS", "512")
+    assert len(ENGLISH) > 300_000
+    backend = attnviz.load("builtin:seed")
+    whole = len(backend.tokenizer(ENGLISH)["input_ids"])  # the tokenizer's own count, specials included
+    t = attnviz.trace(ENGLISH, "builtin:seed")
+    assert t.n_tokens == 512 and t.truncated == whole - 512 and whole > 60_000
+
+
+def test_the_cli_reads_a_file_within_its_budget_and_says_what_it_cut(tmp_path):
+    done = run(["trace", "--file", "/dev/zero", "--out", str(tmp_path / "z.npz")])
+    assert done.returncode == 2 and done.stderr.strip().endswith("'/dev/zero' holds more than 16 MB, more text than "
+                                                                   "any model here takes"), done.stderr
+    (tmp_path / "essay.txt").write_text(ENGLISH, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "attnviz", "trace", "--model", "builtin:seed", "--file",
+                           str(tmp_path / "essay.txt"), "--out", str(tmp_path / "e.npz")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env={**__import__("os").environ,
+                                                                            "ATTNVIZ_MAX_TOKENS": "512"})
+    assert done.returncode == 0, done.stderr
+    cut = from_npz(tmp_path / "e.npz")
+    assert cut.n_tokens == 512 and cut.truncated > 60_000 - 512
+    assert f"the text has {cut.truncated:,} tokens more than builtin:seed takes here; they were cut" in done.stderr

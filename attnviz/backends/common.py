@@ -20,8 +20,6 @@ from ..capture.hooks import heads_masked, missing_note, projections
 
 log = logging.getLogger("attnviz")
 
-MAX_CHARS = 100_000  # longer text is cut before tokenizing; the models see at most a few thousand tokens anyway
-
 
 def check_text(text) -> str:
     """The text to run, or a ValueError that says what is wrong with it."""
@@ -32,7 +30,7 @@ def check_text(text) -> str:
     # Only spaces or invisible characters (NUL, zero-width, bidi controls): tokenizers drop them all.
     if not any(c.isprintable() and not c.isspace() for c in text):
         raise ValueError("The text is empty: enter a sentence or two to see its attention.")
-    return text[:MAX_CHARS]
+    return text  # whole: the token limits bound the work, and what they cut is counted in the trace's truncated
 
 
 _COPIERS = ThreadPoolExecutor(min(4, os.cpu_count() or 1), thread_name_prefix="attnviz-copy")

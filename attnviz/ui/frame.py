@@ -20,7 +20,7 @@ from attnviz.backends import footprint
 from attnviz.backends import DEFAULT_MODEL, causal_model, describe, list_models, normalise, open_model
 from attnviz.backends.cards import takes
 from attnviz.backends.packaged import first_load_note
-from attnviz.backends.common import MAX_CHARS, chat_kw, check_text
+from attnviz.backends.common import chat_kw, check_text
 from attnviz.data.samples import ALL_SAMPLES, samples_for
 from attnviz.ui import collect, heads, jobs, share, uploads
 from attnviz.ui.readable import unknown_note
@@ -271,8 +271,7 @@ def uploaded_text(text: str, notes=st) -> str:
         notes.error(plain(f"{file.name!r} is not UTF-8 text (a binary file?). The text box's text is shown "
                           "instead."))
         return text
-    note = f" (its first {MAX_CHARS:,} characters are read)" if len(body) > MAX_CHARS else ""
-    st.caption(f"Showing the uploaded document: {len(body):,} characters{note}. A shared link holds the text box's "
+    st.caption(f"Showing the uploaded document: {len(body):,} characters. A shared link holds the text box's "
                "text, not the upload.")
     return body
 
