@@ -112,3 +112,27 @@ def test_a_head_opened_from_the_grid_at_the_foot_of_the_page_is_brought_into_vie
         shot(page, "opened_head_in_view", full=False)
     finally:
         context.close()
+
+
+def test_stop_on_a_long_document_says_what_stopped_and_offers_to_run_it_again(browser, app_url):
+    """Streamlit's Stop ends the script mid-forward: the page says what stopped and how far in (no frozen bar over
+    an empty page), and one click runs it again to the end."""
+    long_text = quote(" ".join(["the river stone cloud light paper window garden music water"] * 300))  # ~3,000
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        page = context.new_page()
+        page.goto(f"{app_url}/Attention?model=builtin%3Aseed&text={long_text}", timeout=TIMEOUT)
+        bar = page.locator('[class*="st-key-progress_bar"]').first
+        bar.wait_for(timeout=SLOW)
+        said = page.locator('[class*="st-key-stopped_"]')
+        assert not said.is_visible()  # hidden while the forward runs
+        page.get_by_role("button", name="Stop").click()
+        said.get_by_text("Stopped about").wait_for(timeout=TIMEOUT)
+        assert "Running the model and reading all its heads" in said.inner_text()
+        assert not bar.is_visible()  # the frozen bar is gone
+        shot(page, "stopped", full=False)
+        said.get_by_role("button", name="Run it again").click()
+        page.locator(".st-key-long_overview .js-plotly-plot").wait_for(timeout=SLOW)
+        assert not said.is_visible()
+    finally:
+        context.close()

@@ -54,6 +54,8 @@ LAYOUT_CSS = (
 # while it runs: a browser on the server's machine (a laptop demo, the benchmarks) draws every change on the CPU the
 # model needs (bench/RESULTS.md, Long texts rounds 7 and 8).
 BAR_KEY = "progress_bar"  # the key prefix of the containers a tracer draws its progress bars in (ui/long.py)
+STOPPED_KEY = "stopped"  # the key prefix of what a Stop leaves in their place (ui/long.py)
+_RUNNING = 'body:has([data-testid="stStatusWidgetRunningIcon"])'  # while the app runs a script
 STILL_CSS = (
     # No CSS transitions (a 4,096-token submit: the stale fade, the bar's glides and the status widget's fade-in cost
     # Chromium ~1.1 s of CPU and the page ~1.2 s). Stale elements still dim, in one step at Streamlit's 0.5 s.
@@ -68,6 +70,10 @@ STILL_CSS = (
     " width: clamp(8rem, calc(100vw - 30rem), 36rem); }"
     f'@media (max-width: 768px) {{ [class*="st-key-{BAR_KEY}"] {{ margin-left: 3rem;'
     " width: clamp(8rem, calc(100vw - 14rem), 36rem); } }"
+    # A Stop ends the script where it is: the bar froze over an empty page. Its message shows only once the app no
+    # longer runs, and the frozen bar goes.
+    f'{_RUNNING} [class*="st-key-{STOPPED_KEY}_"] {{ display: none; }}'
+    f'body:not(:has([data-testid="stStatusWidgetRunningIcon"])) [class*="st-key-{BAR_KEY}"] {{ display: none; }}'
 )
 
 

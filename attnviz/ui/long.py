@@ -23,7 +23,7 @@ from attnviz.figures import long as figs
 from attnviz.ui import jobs
 from attnviz.ui.derived import nbytes
 from attnviz.ui.display import CELLS  # up to CELLS tokens the Attention page draws every head cell by cell
-from attnviz.ui.frame import BAR_KEY, STILL_CSS, layer_head, max_tokens, resolve
+from attnviz.ui.frame import BAR_KEY, STILL_CSS, STOPPED_KEY, layer_head, max_tokens, resolve
 from attnviz.ui.heads import head_chart
 from attnviz.ui.share import linked_number, plain
 
@@ -39,11 +39,16 @@ BAR_EVERY_S = 2.5  # and moves at most this often: each move re-renders the page
 class _Bar:
     """``progress(fraction)`` that draws a bar only once the work has taken BAR_AFTER_S and moves it at most every
     BAR_EVERY_S, in a container keyed BAR_KEY + ``name`` (the frame's CSS places it by that prefix; two bars in one
-    run need two names); ``done()`` removes it."""
+    run need two names); ``done()`` removes it.
+
+    With the bar goes what a Stop leaves on the page: once Streamlit stops a script, nothing more can be drawn, so
+    the message (what stopped, how far in) is drawn and kept current beside the bar, and the frame's STILL_CSS shows
+    it, and hides the frozen bar, only once the app no longer runs."""
 
     def __init__(self, text: str, name: str):
-        self.text, self.key, self.bar = text, f"{BAR_KEY}_{name}", None
-        self.last = time.perf_counter() - BAR_EVERY_S + BAR_AFTER_S  # the first draw comes BAR_AFTER_S in
+        self.text, self.key, self.name, self.bar, self.note = text, f"{BAR_KEY}_{name}", name, None, None
+        self.start = time.perf_counter()
+        self.last = self.start - BAR_EVERY_S + BAR_AFTER_S  # the first draw comes BAR_AFTER_S in
 
     def __call__(self, fraction: float) -> None:
         jobs.checkpoint()  # every tile: a closed tab or a rerun stops the work here
@@ -52,14 +57,22 @@ class _Bar:
             return
         self.last = now
         if self.bar is None:
+            self.note = st.empty()
+            with self.note.container(key=f"{STOPPED_KEY}_{self.name}"):
+                self.said = st.empty()
+                st.button("Run it again", key=f"run_again_{self.name}", icon=":material/replay:", type="primary")
             with st.container(key=self.key):
                 self.bar = st.progress(fraction, text=self.text)
         else:
             self.bar.progress(fraction, text=self.text)
+        self.said.warning(f"Stopped about {now - self.start:.0f} s in, at {fraction:.0%} of “{self.text.rstrip('…')}”: "
+                          "a page needs the whole of it, so nothing below was drawn. The text, the model and the "
+                          "settings are as they were: run it again to finish.", icon=":material/stop_circle:")
 
     def done(self) -> None:
         if self.bar is not None:
             self.bar.empty()
+            self.note.empty()
 
 
 class _Survey(NamedTuple):
