@@ -21,6 +21,7 @@ Shape legend, used in comments throughout:
     D  model width       Dh head width       F  feed-forward width       B  batch
 """
 
+from . import export  # attnviz.export.to_npz / from_npz / matrix_csv / stats_csv / write_figures
 from .backends import DEFAULT_MODEL, list_models, load
 from .backends.lens import from_nnsight, from_transformer_lens
 from .core.outputs import from_attentions

@@ -7,7 +7,6 @@ exit status 2, as argparse does for bad arguments; a model that fails to run get
 from __future__ import annotations
 
 import argparse
-import html
 import sys
 import time
 from pathlib import Path
@@ -91,21 +90,25 @@ def cmd_trace(args) -> None:
 
 
 def cmd_plot(args) -> None:
-    from attnviz.export import IMAGE_FORMATS, head_matrix, write_figure
-    from attnviz.figures.attention import attention_heatmap
+    from contextlib import nullcontext
+
+    from attnviz.analysis.long import Reducer
+    from attnviz.capture.record import reducing
+    from attnviz.export import IMAGE_FORMATS, head_figures, write_figures
+    from attnviz.figures.long import CELLS
 
     if Path(args.out).suffix.lower().lstrip(".") not in ("html", *IMAGE_FORMATS):
         raise InputError(f"--out must end in .html, {', '.join('.' + e for e in IMAGE_FORMATS)}, not {args.out!r}")
-    trace = _trace(args)
+    backend = _backend(args)
+    # A long text's pooled maps are read during the forward, as the Attention page reads them (analysis.long.traced).
+    with nullcontext() if backend.kind == "encoder-decoder" else reducing(Reducer(CELLS, backend.n_layers)) as reducer:
+        trace = _trace(args)
     try:
-        attn, q, k = head_matrix(trace, args.layer, args.head, args.stack)
+        figures = head_figures(trace, args.layer, args.head, args.stack, reducer)
     except ValueError as e:
         raise InputError(str(e)) from None
-    where = "" if args.stack == "encoder" or trace.kind != "encoder-decoder" else f"{args.stack} · "
-    title = f"{html.escape(trace.model)} · {where}layer {args.layer}, head {args.head}"
-    fig = attention_heatmap(attn, q, k, title)
-    _write(Path(args.out), lambda: write_figure(fig, args.out, offline=not args.cdn))
-    print(f"wrote {args.out}", file=sys.stderr)
+    _write(Path(args.out), lambda: write_figures(figures, args.out, offline=not args.cdn))
+    print(f"wrote {args.out} ({Path(args.out).stat().st_size / 1e6:.2f} MB)", file=sys.stderr)
 
 
 def _backend(args):

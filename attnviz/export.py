@@ -304,3 +304,50 @@ def write_figure(fig, path, offline: bool = True) -> Path:
     path.write_bytes(fig.to_image(format=ext, scale=1 if ext != "png" else 2))
     return path
 
+
+def head_figures(trace, layer: int, head: int | None, stack: str = "encoder", reducer=None) -> list:
+    """One head's figures within the pages' budgets, a few MB at any length, the head itself first: up to CELLS tokens
+    a side the whole head cell by cell; past that what the Attention page draws of a long text: the head at block
+    resolution, an exact window of its first CELLS tokens, and every head pooled (one image). ``reducer``: the survey
+    read during the trace's forward (``analysis.long.traced`` with CELLS blocks), else one pass over its weights."""
+    import html
+
+    from .analysis.long import survey, window
+    from .figures import long as figs
+    from .figures.attention import attention_heatmap
+
+    side = stack if isinstance(trace, Seq2SeqTrace) else None
+    trace.row(layer, head, 0, side)  # one row: a layer or head out of range is a ValueError in words
+    s = trace.stack(side)
+    _, H, Tq, Tk = s.weights.shape
+    where = f"{s.name} · " if side not in (None, "encoder") else ""
+    name = f"layer {layer}, " + (f"mean of {H} heads" if head is None else f"head {head}")
+    title = f"{html.escape(trace.model)} · {where}{name}"
+    if Tq != Tk or Tq <= figs.CELLS:  # cross-attention has as many rows as the decoder's tokens
+        return [attention_heatmap(*head_matrix(trace, layer, head, stack), title)]
+    small = figs.overview_size(*s.weights.shape[:2])
+    done = reducer is not None and reducer.complete(s.weights.shape)
+    found = reducer.result(small) if done else survey(s.weights, small, figs.CELLS)
+    blocks = found.layer_max[layer] if head is None else found.pooled("detail", "max")[layer, head]  # (s, s)
+    stop = figs.CELLS
+    return [figs.blocks_heatmap(blocks, found.starts["detail"], found.block("detail"), Tq, title, "max", (0, stop)),
+            figs.window_heatmap(window(s.weights, layer, head, 0, stop), 0, s.queries.tokens, title),
+            figs.head_mosaic(found.pooled("overview", "max"), "max", Tq, found.block("overview"), (layer, head))]
+
+
+def figures_html(figures, offline: bool = True) -> str:
+    """One standalone HTML page of ``figures``, one under another, plotly.js inlined once (``offline``) or loaded
+    from its CDN; titled after the first."""
+    parts = [fig.to_html(include_plotlyjs=(True if offline else "cdn") if i == 0 else False, full_html=False,
+                         config={"displaylogo": False}) for i, fig in enumerate(figures)]
+    return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{page_title(figures[0])}</title></head>'
+            f"<body>{''.join(parts)}</body></html>")
+
+
+def write_figures(figures, path, offline: bool = True) -> Path:
+    """Write ``figures`` (``head_figures``) to ``path``: .html holds them all, an image (.png, .svg, .pdf) the first."""
+    path = Path(path)
+    if path.suffix.lower() == ".html":
+        path.write_text(figures_html(figures, offline), encoding="utf-8")
+        return path
+    return write_figure(figures[0], path, offline)

@@ -14,6 +14,9 @@ from ..core.tokens import clean
 from .common import (EDGE, KEY_BELOW, KEY_UNDER, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE, lut,
                      SIDE_KEY, head_points, labels_margin, right_of_key_under, safe, top_title, wrap_title)
 
+CELLS = 256  # tokens a side that a heatmap draws cell by cell: a 256 × 256 float32 head is ~0.35 MB of figure
+# (exact on hover), so a page of two or three stays under 2 MB; a 512 × 512 one alone is 1.4 MB. Past it the
+# Attention page (ui/long.py) and the CLI pool, and the other pages draw a window
 OVERVIEW_PIXELS = 100_000  # the mosaic's pixel budget: ≲ 0.35 MB of PNG (noise-like maps) for any number of heads
 QUANTILE = 99.5  # colour ranges run up to this percentile of what is drawn, written on the figure
 WINDOW_TICKS = 64  # a window labels at most this many tokens down its query axis (WINDOW_ROW px a label)…

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from attnviz.figures.long import CELLS
 from attnviz.figures.view import Options
 from attnviz.ui.share import linked_number
-
-CELLS = 256  # tokens a side that a heatmap draws cell by cell: a 256 × 256 float32 head is ~0.35 MB of figure
-# (exact on hover), so a page of two or three stays under 2 MB; a 512 × 512 one alone is 1.4 MB. Past it the
-# Attention page pools (ui/long.py) and the other pages draw a window
 
 
 def display_options() -> tuple[Options, bool]:
