@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnviz.analysis.interventions import Knockout, run
 from attnviz.analysis.roles import probe_trace, role_scores
 from attnviz.backends.common import chat_prompt
 from attnviz.backends.generation import Sampling
@@ -94,6 +95,17 @@ def test_chat_template_on_and_off(smollm2, smollm2_eager):
     trace, logits = smollm2.traced(SHORT, chat=True)
     assert list(trace.tokens) == list(chat.tokens) and np.array_equal(trace.special, chat.special)
     assert logits.shape == (chat.n_tokens, smollm2.net.config.vocab_size)
+
+
+def test_interventions_and_the_scorer_take_the_chat_template(smollm2):
+    chat = smollm2.trace(SHORT, chat=True)
+    effect = run(smollm2, SHORT, [Knockout(layer=0, head=0, key=0)], chat=True)
+    assert list(effect.base.trace.tokens) == list(chat.tokens)
+    assert np.array_equal(effect.base.trace.special, chat.special)
+    np.testing.assert_allclose(effect.base.trace.head(3, 4), chat.head(3, 4), atol=1e-6)
+    assert not np.allclose(effect.edited.logprobs, effect.base.logprobs)  # the edit runs inside the forward
+    s = smollm2.scorer(SHORT, chat=True)
+    assert len(s.embeds) == chat.n_tokens and s.position == chat.n_tokens - 1
 
 
 def test_a_model_without_a_chat_template_says_so(tiny_backend):
