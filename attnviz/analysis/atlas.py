@@ -28,11 +28,14 @@ Pure scoring here; ``head_atlas`` and ``knockout_recall`` take a loaded backend 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
+
+from ..data import sentences
 
 SINK = 4  # the first tokens a streaming cache keeps (StreamingLLM's 4 sinks)
 WINDOW = 64  # the recent tokens a streaming cache keeps
@@ -241,11 +244,7 @@ def _count(backend, texts: list[str]) -> list[int]:
 def _sentences(text: str | None, seed: int, count: int) -> list[str]:
     """Haystack sentences: the user's document split at sentence ends (or lines), or ``count`` generated ones."""
     if text is None:
-        from ..data import sentences
-
         return [" " + s for s in sentences(count, seed)]
-    import re
-
     parts = [p for p in re.split(r"(?<=[.!?\n])\s+", text) if p.strip()]
     if not parts:
         raise ValueError("The document is empty: give a text to hide the needles in, or none for the bundled one.")
@@ -274,7 +273,7 @@ def probes(backend, text: str | None, tokens: int, needles: int, seed: int, rand
         used += n
     if not hay:
         raise ValueError("The document's first sentence is longer than the probe: give a shorter one or more tokens.")
-    words = [w for s in hay for w in s.split()]
+    words = sorted({w for s in hay for w in s.split() if w.isalpha()})  # whole words: "rang." + "." would merge
     out = []
     for i, code in enumerate(codes):
         depth = (i + 0.5) / needles
@@ -319,8 +318,7 @@ def query_blocks(T: int, block: int = BLOCK, n: int = QUERY_BLOCKS) -> list[tupl
 class _Scores:
     """Per-row mass scores of every head, gathered probe by probe: name -> (L, H, rows) as lists."""
 
-    def __init__(self, L: int, H: int):
-        self.L, self.H = L, H
+    def __init__(self, L: int):
         self.rows: dict[str, list] = {k: [[] for _ in range(L)] for k in
                                       ("sink", "streaming", "sink_null", "streaming_null", *PATTERNS)}
 
@@ -387,7 +385,7 @@ def head_atlas(backend, text: str | None = None, *, tokens: int = 2048, needles:
     real = probes(backend, text, tokens, needles, seed)
     null = probes(backend, text, tokens, needles, seed, random_answer=True) if generates else []
     L, H = backend.n_layers, backend.n_heads
-    scores, kept = _Scores(L, H), []
+    scores, kept = _Scores(L), []
     hits = {"real": [], "null": []}
     total, done = len(real) + len(null), 0
     for kind, group in (("real", real), ("null", null)):
@@ -402,7 +400,7 @@ def head_atlas(backend, text: str | None = None, *, tokens: int = 2048, needles:
                 trace = backend.trace(probe.text, max_tokens=tokens)
                 needle = needle_span(trace.tokens, trace.n_tokens, _answer_tokens(backend, probe))
                 prompt_len, steps, g = trace.n_tokens, None, None
-            into = _Scores(L, H) if kind == "null" else scores  # a null probe's mass scores are not kept
+            into = _Scores(L) if kind == "null" else scores  # a null probe's mass scores are not kept
             got = score_trace(trace, into, rng, trace.kind == "decoder", steps=steps, needle=needle)
             if got is not None:
                 hits[kind].append(got)
