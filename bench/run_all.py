@@ -20,7 +20,7 @@ from server import short
 # In order: payload writes bertviz's HTML that browser opens.
 SCRIPTS = ["server", "payload", "browser", "memory", "attention_payload", "page_payload", "analysis_speed",
            "on_demand", "corpus", "long_browser", "cold_memory", "dtype_memory", "interventions", "notebook_payload",
-           "faithfulness", "visitors", "lens_payload", "gguf_llm"]
+           "faithfulness", "visitors", "lens_payload", "gguf_llm", "decoder_load"]
 MINILM = "builtin:minilm"
 
 
@@ -116,6 +116,9 @@ def targets() -> list[list]:
         total = r["long"] + r["short"]
         add(f"{r['long']} long + {r['short']} short visitors at once: pages finished", r["long_done"] + r["short_done"],
             total, lambda v, n=total: v == n, lambda v, n=total: f"{v} of {n}")
+    loads = load("decoder_load")  # issue 57: only the real decoder's first load dequantises
+    add("smollm2: a cached load / the first load (dequantising)", loads and 1 / loads["first_over_cached"], 0.5,
+        lambda v: v <= 0.5, lambda v: f"{v:.2f}×")
     return rows
 
 
