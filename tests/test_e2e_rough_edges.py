@@ -58,7 +58,7 @@ def test_the_main_figure_starts_on_the_first_screen_at_1280_by_800(browser, app_
 @pytest.mark.parametrize("width", (390, 1280))
 def test_head_grids_keep_a_readable_size_and_titles_keep_their_words(browser, app_url, width):
     problems, seen = [], set()
-    for path in (f"/Attention?text={TEXT}", "/Interventions", "/Analysis",
+    for path in (f"/Attention?text={TEXT}", "/Interventions", "/Analysis", "/Positional",
                  f"/Attention?model=builtin%3Aseed&text={WORDS}"):
         context, page = visit(browser, app_url + path, width, 800, SLOW)
         try:

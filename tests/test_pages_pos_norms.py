@@ -13,6 +13,7 @@ from streamlit.runtime.memory_media_file_storage import _calculate_file_id
 from streamlit.testing.v1 import AppTest
 
 from attnviz.backends import load
+from attnviz.figures.common import LINE_BREAK
 from attnviz.analysis.norms import NAMES, layer_stats, norm_attention, norm_table
 from attnviz.backends.positions import attention_by_offset, position_info, similarity, sinusoidal
 from attnviz.core.tokens import labels
@@ -41,7 +42,7 @@ def _ok(at: AppTest) -> dict:
     """The page's charts by title, after checking it ran without exception or error."""
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
-    return {s["layout"]["title"]["text"]: s for s in chart_specs(at)}
+    return {s["layout"]["title"]["text"].replace(LINE_BREAK, " "): s for s in chart_specs(at)}  # titles wrap
 
 
 def _z(spec) -> np.ndarray:

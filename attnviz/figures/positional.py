@@ -5,20 +5,22 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import PROB_SCALE
+from .common import PROB_SCALE, top_title
 
 SIGNED_SCALE = "RdBu_r"  # values around 0: blue negative, white 0, red positive
 
 
 def _layout(title: str, x: str, y: str, height: int = 420, reversed_y: bool = True, xaxis=None, yaxis=None,
             **more) -> dict:
-    """The layout these figures share: ``xaxis`` and ``yaxis`` add to the axes, ``more`` to the layout."""
+    """The layout these figures share: ``xaxis`` and ``yaxis`` add to the axes, ``more`` to the layout. The title
+    wraps, so a phone shows it whole ("…128 positions × 128 dimensio" was cut), with the room its lines take."""
+    heading, top = top_title(title, top_axis=False) if title else ("", 20)
     return dict(
-        title=title,
+        title=heading,
         xaxis=dict(title=x, **(xaxis or {})),
         yaxis=dict(title=y, autorange="reversed" if reversed_y else True, **(yaxis or {})),
-        margin=dict(l=10, r=10, t=50 if title else 20, b=10),
-        height=height,
+        margin=dict(l=10, r=10, t=top, b=10),
+        height=height + top - 50,
         **more,
     )
 
