@@ -12,8 +12,13 @@ from attnviz.data.samples import GENERAL
 CAUSAL = causal_model()
 
 
+def offers(at) -> list:
+    """The page's one-click model switches: to a causal model (switch_to_…) or one that reads the text whole."""
+    return [b for b in at.button if b.key.startswith(("switch_to_", "whole_to_"))]
+
+
 def switch(at, key: str):
-    (button,) = [b for b in at.button if b.key == f"switch_to_{key}"]
+    (button,) = [b for b in offers(at) if b.key.endswith(f"_to_{key}")]
     return button
 
 
@@ -52,7 +57,7 @@ def test_interventions_and_faithfulness_on_an_encoder_offer_a_causal_lm(page):
     assert any("predicts nothing of its own" in i.value for i in at.info)
     assert switch(at, CAUSAL).label.startswith(f"Switch to {CAUSAL}")
     at = ok(open_page(page, model=CAUSAL if CAUSAL != SMOLLM2 else "builtin:lm"))  # a causal LM: nothing offered
-    assert not [b for b in at.button if b.key.startswith("switch_to_")]
+    assert not offers(at)
 
 
 def test_a_document_longer_than_the_model_takes_offers_one_that_takes_it_whole():
@@ -66,11 +71,11 @@ def test_a_document_longer_than_the_model_takes_offers_one_that_takes_it_whole()
     ok(at)
     assert at.selectbox(key="model").value == target
     assert "cut to fit" not in at.caption[0].value and f"{n:,}" in " ".join(c.value for c in at.caption)
-    assert not [b for b in at.button if b.key.startswith("switch_to_")]
+    assert not offers(at)
 
 
 def test_a_document_no_trained_model_takes_is_offered_builtin_seed():
     at = ok(open_page("pages/1_Attention.py", text="a " * 9000))  # 9,002 tokens: more than the real decoder's 8,192
     button = switch(at, "builtin:seed")
     assert "random weights (for structure, not meaning)" in button.label
-    assert not [b for b in at.button if b.key == f"switch_to_{SMOLLM2}"]
+    assert not [b for b in offers(at) if b.key.endswith(f"_to_{SMOLLM2}")]

@@ -449,11 +449,12 @@ def _switch_to(key: str) -> None:
     _model_changed()
 
 
-def offer_model(key: str, label: str, where=st) -> bool:
-    """A button that switches the frame's model to ``key`` in one click, when ``key`` is offered; whether it was."""
+def offer_model(key: str, label: str, where=st, why: str = "switch") -> bool:
+    """A button that switches the frame's model to ``key`` in one click, when ``key`` is offered; whether it was.
+    ``why`` tells apart two offers of one model on a page (a causal model, one that reads the whole text)."""
     if key not in model_options():
         return False
-    where.button(label, key=f"switch_to_{key}", on_click=_switch_to, args=(key,), icon=":material/swap_horiz:")
+    where.button(label, key=f"{why}_to_{key}", on_click=_switch_to, args=(key,), icon=":material/swap_horiz:")
     return True
 
 
@@ -470,7 +471,7 @@ def offer_whole(key: str, trace) -> None:
     n = first.n_tokens + trace.truncated
     for other in (causal_model(), "builtin:seed"):
         if other != key and (takes(other, max_tokens()) or 0) >= n and offer_model(
-                other, f"Read all {n:,} tokens with {other}: {describe(other)}"):
+                other, f"Read all {n:,} tokens with {other}: {describe(other)}", why="whole"):
             return
 
 
