@@ -45,6 +45,7 @@ STREAMING_MAX = 0.1  # a head that loses at most this when streamed can keep a s
 BLOCK = 64  # MInference's block of queries and keys
 BUDGET = 1 / 8  # the keys a pattern may keep, as a share of the probe's length (at least 2 blocks)
 DENSE_BELOW = 0.9  # a head whose best pattern keeps less than this is "dense"
+MIN_TOKENS = 64  # the shortest probe: a haystack around the needle and the question
 QUERY_BLOCKS = 8  # query blocks each probe's mass scores read, spread over the last three quarters
 BOOTSTRAP = 1000
 PATTERNS = ("a-shape", "vertical-slash", "block-sparse")
@@ -372,8 +373,8 @@ def head_atlas(backend, text: str | None = None, *, tokens: int = 2048, needles:
     pattern's kept mass, and the head's class (``role``). ``text``: the haystack (None: bundled sentences).
     ``progress(done, total, what)`` after each forward; an exception it raises stops the atlas there.
     ``attrs`` carry the probes (text, needle span, what the model answered) for opening a head at the needle."""
-    if not isinstance(tokens, (int, np.integer)) or tokens < 64:
-        raise ValueError(f"tokens must be a whole number of at least 64, not {tokens!r}.")
+    if not isinstance(tokens, (int, np.integer)) or tokens < MIN_TOKENS:
+        raise ValueError(f"tokens must be a whole number of at least {MIN_TOKENS}, not {tokens!r}.")
     if backend.kind == "encoder-decoder":
         raise ValueError("The head atlas covers encoders and causal language models; encoder–decoders are not "
                          "supported.")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz.analysis.atlas import (BLOCK, BUDGET, DENSE_BELOW, KNOCKOUT_K, REFERENCES, RETRIEVAL_MIN, SINK,
-                                    SINK_THRESHOLD, STREAMING_MAX, WINDOW, head_atlas, knockout_recall)
+from attnviz.analysis.atlas import (BLOCK, BUDGET, DENSE_BELOW, KNOCKOUT_K, MIN_TOKENS, REFERENCES, RETRIEVAL_MIN,
+                                    SINK, SINK_THRESHOLD, STREAMING_MAX, WINDOW, head_atlas, knockout_recall)
 from attnviz.backends import footprint
 from attnviz.export import file_stem
 from attnviz.figures.atlas import atlas_grid
@@ -72,10 +72,13 @@ def atlas_section(f) -> None:
                 "keep a small cache), where the sinks are, and which sparse mask each head follows, scored on "
                 "needle-in-a-haystack probes the model answers itself. Each score comes with the upper end of its "
                 "null, so a real head stands apart from chance.")
-    most = min(max_tokens(), model.max_tokens - 32)
+    most = min(max_tokens(), model.max_tokens - 32)  # room for the answer the model generates
+    if most < MIN_TOKENS:
+        st.info(f"{model.key} takes at most {model.max_tokens:,} tokens: too few for a haystack with a needle.")
+        return
     c1, c2, c3, c4 = st.columns(4)
     heads = model.n_layers * model.n_heads - 1
-    tokens = int(linked_number(c1, "Probe tokens", 128, max(128, most), "atlas_tokens", value=min(2048, most),
+    tokens = int(linked_number(c1, "Probe tokens", MIN_TOKENS, most, "atlas_tokens", value=min(2048, most),
                                step=256))
     needles = int(linked_number(c2, "Needles (depths)", 1, 8, "atlas_needles", value=3))
     k = int(linked_number(c3, "Heads knocked out", 1, heads, "atlas_k", value=min(KNOCKOUT_K, heads),
