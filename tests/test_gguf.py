@@ -27,7 +27,7 @@ MIXED = "A naïve café in Zürich:\n\tcrème brûlée 😀, then\n\nanother lin
 PARAGRAPH = ("Attention lets each token of a text gather information from the tokens before it. In a trained model, "
              "some heads look at the previous token, some at the first, and some copy what followed an earlier copy "
              "of the current token. The river ran past the old mill, and the miller counted 17 sacks of flour. ")
-LONG = " ".join(f"Part {i}. {PARAGRAPH}" for i in range(14))  # ~1,000 tokens (1,014)
+LONG = " ".join(f"Part {i}. {PARAGRAPH}" for i in range(14))  # 1,012 tokens
 
 
 def eager_heads(net, ids: list) -> list[np.ndarray]:
