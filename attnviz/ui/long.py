@@ -65,9 +65,11 @@ class _Bar:
                 self.bar = st.progress(fraction, text=self.text)
         else:
             self.bar.progress(fraction, text=self.text)
-        self.said.warning(f"Stopped about {now - self.start:.0f} s in, at {fraction:.0%} of “{self.text.rstrip('…')}”: "
-                          "a page needs the whole of it, so nothing below was drawn. The text, the model and the "
-                          "settings are as they were: run it again to finish.", icon=":material/stop_circle:")
+        # markdown, not an alert: it is on the page (hidden) through every run, and says nothing wrong until a Stop
+        self.said.markdown(f":orange[:material/stop_circle:] Stopped about {now - self.start:.0f} s in, at "
+                           f"{fraction:.0%} of “{self.text.rstrip('…')}”: a page needs the whole of it, so nothing "
+                           "below was drawn. The text, the model and the settings are as they were: run it again to "
+                           "finish.")
 
     def done(self) -> None:
         if self.bar is not None:
