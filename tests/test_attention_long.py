@@ -76,7 +76,7 @@ def trace(zoomed):
     """The page's own trace, from the page's cache (a second forward would cost another ~30 s)."""
     from attnviz.ui.long import _LONG
 
-    return _LONG["builtin:seed", TEXT, N].trace
+    return _LONG["builtin:seed", TEXT, N, False].trace  # (model, text, limit, chat template)
 
 
 @pytest.fixture(scope="module")
