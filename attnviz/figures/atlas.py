@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .common import LEGEND_BELOW, NUMBERS_LEFT, head_points, top_title
+from .common import head_grid_layout, head_points, top_title
 
 CLASS_COLOURS = {"retrieval": "#d62728", "sink": "#7f7f7f", "streaming": "#1f77b4", "full": "#ff7f0e"}
 CLASS_LABELS = {"retrieval": "retrieval (above its null)", "sink": "sink", "streaming": "streaming (sink + window)",
@@ -42,13 +42,4 @@ def atlas_grid(frame: pd.DataFrame, title: str) -> go.Figure:
                     customdata=np.column_stack([frame.layer, frame["head"], values]),  # (L·H, 2 + 9)
                     text=[f"{r}, {p}" for r, p in zip(frame.role, frame.pattern)]),
         *legend,
-    ], layout=dict(
-        title=heading,
-        xaxis=dict(title="head", tickvals=list(range(H)), side="top", fixedrange=True, showgrid=False, zeroline=False),
-        yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed", fixedrange=True, showgrid=False,
-                   zeroline=False),
-        legend=dict(title="class", orientation="h", y=-0.02, yanchor="top", x=0, itemclick=False,
-                    itemdoubleclick=False),
-        hovermode="closest", dragmode=False, margin=dict(l=NUMBERS_LEFT, r=10, t=top_margin, b=LEGEND_BELOW),
-        height=top_margin + LEGEND_BELOW + int(min(900, max(160, 24 * L))),
-    ))
+    ], layout=head_grid_layout(heading, L, H, "class", top_margin, int(min(900, max(160, 24 * L)))))

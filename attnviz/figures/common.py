@@ -57,6 +57,7 @@ SLANT = 0.87  # sin 60°: the share of its length a tick label at −60° takes 
 NUMBERS_LEFT = 86  # an axis of short numbers and its title, left of the plot
 NUMBERS_BELOW = 70  # the same under the plot
 LEGEND_BELOW = 92  # an axis of numbers, its title and a one-row legend under the plot
+
 SIDE_KEY = 124  # a colour bar and its labels, or a legend of short names, right of the plot
 EDGE = 28  # a line chart's last tick label, centred on the plot's right edge
 LABELS_BELOW = 20  # an axis of labels beside the plot: its last label, centred on the plot's bottom edge
@@ -66,6 +67,21 @@ KEY_BELOW = 112  # a horizontal colour bar under the plot (KEY_UNDER): its title
 # It spans 85% of the plot, so that its last tick label stays inside the figure.
 KEY_UNDER = dict(orientation="h", thickness=12, len=0.85, x=0, xanchor="left", y=0, yanchor="top", ypad=16,
                  title=dict(side="top"))
+
+
+def head_grid_layout(heading, n_layers: int, n_heads: int, legend: str, top_margin: int, rows_height: int) -> dict:
+    """The layout of a layer × head grid of classes (roles, the atlas): heads across the top, layers down, the
+    classes' legend below, no zoom; ``rows_height`` is the pixels the rows take."""
+    return dict(
+        title=heading,
+        xaxis=dict(title="head", tickvals=list(range(n_heads)), side="top", fixedrange=True, showgrid=False,
+                   zeroline=False),
+        yaxis=dict(title="layer", tickvals=list(range(n_layers)), autorange="reversed", fixedrange=True,
+                   showgrid=False, zeroline=False),
+        legend=dict(title=legend, orientation="h", y=-0.02, yanchor="top", x=0, itemclick=False, itemdoubleclick=False),
+        hovermode="closest", dragmode=False, margin=dict(l=NUMBERS_LEFT, r=10, t=top_margin, b=LEGEND_BELOW),
+        height=top_margin + LEGEND_BELOW + rows_height,
+    )
 
 
 def right_of_key_under(top_labels) -> int:

@@ -7,7 +7,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import LEGEND_BELOW, NUMBERS_LEFT, head_points, top_title
+from .common import head_grid_layout, head_points, top_title
 
 # One colour per role (Plotly's qualitative "D3" palette), the same on every model whichever roles it has.
 ROLE_COLOURS = {"previous": "#1f77b4", "induction": "#d62728", "duplicate": "#ff7f0e", "sink": "#7f7f7f",
@@ -44,13 +44,4 @@ def role_grid(scores: dict[str, np.ndarray], labels: dict[str, str], title: str)
                     customdata=np.column_stack([layer, head, stack.reshape(R, -1).T]),  # (L·H, 2 + R)
                     text=[labels[names[i]] for i in best.ravel()]),
         *legend,
-    ], layout=dict(
-        title=heading,
-        xaxis=dict(title="head", tickvals=list(range(H)), side="top", fixedrange=True, showgrid=False, zeroline=False),
-        yaxis=dict(title="layer", tickvals=list(range(L)), autorange="reversed", fixedrange=True, showgrid=False,
-                   zeroline=False),
-        legend=dict(title="strongest role", orientation="h", y=-0.02, yanchor="top", x=0, itemclick=False,
-                    itemdoubleclick=False),
-        hovermode="closest", dragmode=False, margin=dict(l=NUMBERS_LEFT, r=10, t=top_margin, b=LEGEND_BELOW),
-        height=top_margin + LEGEND_BELOW + int(min(600, max(160, 40 * L))),
-    ))
+    ], layout=head_grid_layout(heading, L, H, "strongest role", top_margin, int(min(600, max(160, 40 * L)))))
