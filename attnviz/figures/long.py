@@ -60,8 +60,9 @@ def head_mosaic(pooled: np.ndarray, reduce: str, n_tokens: int, block: int, sele
     # The title wrapped (one line was cut at 1280 px: "… (99.5th percentile) · c"), and pixels need not be square:
     # the mosaic fills whatever width the page gives it (a phone's was ~170 × 115 px under a blank band), as the
     # short texts' overview does.
-    title, top_margin = top_title(f"all {L} layers × {H} heads, {n_tokens:,} tokens · {REDUCES[reduce]} of "
-                                  f"{block:,}-token blocks · dark: {top:.3g} or more ({QUANTILE}th pct) · click a head")
+    what = f"all {L} layers × {H} heads over {n_tokens:,} tokens".replace(" ", "\u00a0")  # one line, wrapped or not
+    title, top_margin = top_title(f"{what} · {REDUCES[reduce]} of {block:,}-token blocks · dark: {top:.3g} or more "
+                                  f"({QUANTILE}th pct) · click a head")
     return go.Figure([
         go.Image(source=image_array_to_data_uri(image), hoverinfo="skip"),
         head_points(head * pitch + centre, layer * pitch + centre, H,
