@@ -206,13 +206,9 @@ def test_score_trace_reads_the_same_rows_as_the_dense_array():
 def long_llama(tmp_path_factory):
     """A tiny Llama whose rotary positions go to 16,384 (TESTING.md's long-context decoder), loaded as users do."""
     import attnviz
-    from tiny_models import build
+    from tiny_models import long_llama as key
 
-    folder = build("llama", tmp_path_factory.mktemp("atlas-llama"))
-    config = json.loads((folder / "config.json").read_text())
-    config["max_position_embeddings"] = 16_384
-    (folder / "config.json").write_text(json.dumps(config))
-    return attnviz.load(f"hf:{folder}")
+    return attnviz.load(key(tmp_path_factory.mktemp("atlas-llama")))
 
 
 COLUMNS = ["layer", "head", "retrieval", "retrieval_null_hi", "streaming", "streaming_null_hi", "sink", "sink_null_hi",

@@ -7,7 +7,6 @@ the status line; the figures hold that trace's own weights, and each page's payl
 
 from __future__ import annotations
 
-import json
 import random
 
 import numpy as np
@@ -35,13 +34,9 @@ def document(words: int) -> str:
 @pytest.fixture(scope="module")
 def long_llama(tmp_path_factory):
     """A tiny Llama whose rotary positions go to 16,384: a long-context Hugging Face decoder."""
-    from tiny_models import build
+    from tiny_models import long_llama as key
 
-    folder = build("llama", tmp_path_factory.mktemp("long-llama"))
-    config = json.loads((folder / "config.json").read_text())
-    config["max_position_embeddings"] = 16_384
-    (folder / "config.json").write_text(json.dumps(config))
-    return f"hf:{folder}"
+    return key(tmp_path_factory.mktemp("long-llama"))
 
 
 @pytest.fixture

@@ -191,3 +191,13 @@ def tiny_backend(tiny_model):
     from attnviz.backends.hf import load_hf
 
     return cache(lambda family: load_hf(str(tiny_model(family))))
+
+
+def long_llama(folder) -> str:
+    """A tiny Llama in ``folder`` whose rotary positions go to 16,384 (TESTING.md's long-context decoder, no
+    download), as the model key users give."""
+    folder = build("llama", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["max_position_embeddings"] = 16_384
+    (folder / "config.json").write_text(json.dumps(config))
+    return f"hf:{folder}"
