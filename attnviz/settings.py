@@ -202,8 +202,9 @@ def max_trace_mb() -> float:
 
 def warm_mb() -> float:
     """ATTNVIZ_WARM_MB: memory the server keeps touched while idle and hands back right before a heavy forward, whose
-    allocations then find pages the host still backs (ui/collect.py); 0: none."""
-    return _number("ATTNVIZ_WARM_MB", 512, zero=True)
+    allocations then find pages the host still backs (ui/collect.py); 0, the default: none. An operator's setting
+    for a virtual machine whose host takes back free memory; its measured effect is in the docs (Settings)."""
+    return _number("ATTNVIZ_WARM_MB", 0, zero=True)
 
 
 def upload_session_mb() -> float:

@@ -43,7 +43,8 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "1"))  # fresh servers per long leng
 BERTVIZ_OPENS = (20, 128)  # bertviz's HTML at 512 tokens is 869 MB in either view: no browser opens it
 LONG_TIMEOUT_MS = 1_800_000
 WINDOW = 256
-SERVER_ENV = {"ATTNVIZ_MAX_TOKENS": "16384", "ATTNVIZ_MAX_CHARS": "200000"}
+SERVER_ENV = {"ATTNVIZ_MAX_TOKENS": "16384", "ATTNVIZ_MAX_CHARS": "200000",
+              "ATTNVIZ_WARM_MB": "512"}  # the reserve every round since 18 measured with (off by default)
 WARM = 300  # tokens of the text a long view's tab opens with (the Attention page pools a text over CELLS tokens)
 WARM_MB = int(os.environ.get("BENCH_WARM_MB", "0"))  # memory touched right before a long submit (a diagnosis)
 

@@ -29,7 +29,8 @@ LONG_TOKENS = 4096
 LONGS = (6,) if quick() else (6, 8)
 SHORTS = 2
 AFTER_S = (60,) if quick() else (60, 180)  # RSS read this long after the visitors close
-ENV = {"ATTNVIZ_PUBLIC": "1", "ATTNVIZ_MAX_CHARS": "60000"}
+ENV = {"ATTNVIZ_PUBLIC": "1", "ATTNVIZ_MAX_CHARS": "60000",
+       "ATTNVIZ_WARM_MB": "512"}  # the reserve its rounds measured with (off by default)
 VISIT_S = 900  # the most one visitor waits for its page (all of them run at most this long)
 
 

@@ -31,7 +31,7 @@ def logged(caplog, monkeypatch):
     (settings.max_model_mb, "ATTNVIZ_MAX_MODEL_MB", "0", 2048, "a number above 0"),
     (settings.shard_write_pause, "ATTNVIZ_TEST_SHARD_PAUSE", "-1", 0.0, "a number ≥ 0"),
     (settings.max_chars, "ATTNVIZ_MAX_CHARS", "20k", 20_000, "a whole number above 0"),
-    (settings.warm_mb, "ATTNVIZ_WARM_MB", "half a GB", 512, "a number ≥ 0"),
+    (settings.warm_mb, "ATTNVIZ_WARM_MB", "half a GB", 0, "a number ≥ 0"),
 ])
 def test_a_bad_number_warns_once_and_uses_the_default(logged, monkeypatch, read, name, raw, default, wanted):
     monkeypatch.setenv(name, raw)
