@@ -100,3 +100,35 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# Markers, given by what a test uses, so `pytest -m "not e2e"` (or "not e2e and not server and not slow") is a
+# fast loop: e2e drives Chromium, server starts `streamlit run`, slow loads the real SmolLM2 (a minute to dequantise).
+MARKERS = {
+    "e2e": "drives a real Chromium (the browser fixture)",
+    "server": "starts a real Streamlit server (app_url or start_server)",
+    "slow": "loads the real SmolLM2-135M-Instruct from its GGUF file",
+}
+
+
+def pytest_configure(config):
+    for name, why in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {why}")
+
+
+def _calls(func, name: str) -> bool:
+    code = getattr(func, "__code__", None)
+    return code is not None and name in code.co_names
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        funcs = [getattr(item, "function", None)] + [d.func for ds in defs.values() for d in ds]
+        if "browser" in used:
+            item.add_marker("e2e")
+        if "app_url" in used or any(_calls(f, "start_server") for f in funcs):
+            item.add_marker("server")
+        if used & {"smollm2", "smollm2_eager"}:
+            item.add_marker("slow")
