@@ -111,7 +111,7 @@ corrupted = st.text_input("Corrupted prompt", key="corrupted", bind="query-param
 if not corrupted:
     st.stop()
 try:
-    other = run(f.model, corrupted, [])
+    other = run(f.model, corrupted, [], chat=f.chat)
 except ValueError as e:
     st.error(plain(e))
     st.stop()
@@ -133,13 +133,13 @@ if st.button(f"Patch every head ({L * H + 2} forward passes)", key="patch", disa
         with slot("Head patching"):
             bar = st.progress(0.0, text="Patching heads one at a time…")
             result = patch_heads(f.model, f.text, corrupted, metric,
-                                 progress=lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"))
+                                 progress=lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"), chat=f.chat)
         bar.empty()
-        st.session_state["patching"] = ((f.key, f.text, corrupted, metric), result)
+        st.session_state["patching"] = ((f.key, f.text, corrupted, metric, f.chat), result)
     except ValueError as e:
         st.error(plain(e))
 done = st.session_state.get("patching")
-if done and done[0] == (f.key, f.text, corrupted, metric):
+if done and done[0] == (f.key, f.text, corrupted, metric, f.chat):
     result = done[1]
     st.caption(f"Metric clean {result.clean:.3f}, corrupted {result.corrupted:.3f}.")
     if result.barely:  # the shares divide by a gap near zero: show how far each head moves the metric instead

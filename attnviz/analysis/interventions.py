@@ -487,18 +487,19 @@ class Patching:
         return self.patched - self.corrupted
 
 
-def patch_heads(model, clean, corrupted, metric: Callable, progress: Callable[[int, int], None] | None = None
-                ) -> Patching:
+def patch_heads(model, clean, corrupted, metric: Callable, progress: Callable[[int, int], None] | None = None,
+                chat: bool = False) -> Patching:
     """The corrupted prompt run with one head's output taken from the clean run, for every head: how much of
-    ``metric`` (``LogitDiff``, ``LabelProb``) each head restores. The prompts must have the same token count."""
+    ``metric`` (``LogitDiff``, ``LabelProb``) each head restores. The prompts must have the same token count
+    (``chat``: both in the model's chat template, the template's tokens counted)."""
     backend = _backend(model)
     kind = kind_of(backend)
     if kind == "encoder":
         raise ValueError("Head patching needs a model with an output to measure: a causal LM or a classifier.")
     L, H = backend.n_layers, backend.n_heads
     check_forwards(L * H + 2, "Head patching")  # every head, and the clean and corrupted runs
-    trace_c, out_c, editor = forward(backend, clean, keep=True)
-    trace_x, out_x, _ = forward(backend, corrupted)
+    trace_c, out_c, editor = forward(backend, clean, keep=True, chat=chat)
+    trace_x, out_x, _ = forward(backend, corrupted, chat=chat)
     if trace_c.n_tokens != trace_x.n_tokens:
         raise ValueError(f"The clean prompt has {trace_c.n_tokens} tokens and the corrupted one {trace_x.n_tokens}: "
                          "head patching needs prompts of the same token count (change one word for one word "
@@ -509,7 +510,7 @@ def patch_heads(model, clean, corrupted, metric: Callable, progress: Callable[[i
     patched = np.zeros((L, H))
     for n, (layer, head) in enumerate(np.ndindex(L, H)):
         edit = Patch(layer, head, editor.outputs[layer][head])
-        patched[layer, head] = metric(backend, forward(backend, corrupted, (edit,))[1])
+        patched[layer, head] = metric(backend, forward(backend, corrupted, (edit,), chat=chat)[1])
         if progress is not None:
             progress(n + 1, L * H)
     restored = (patched - m_corrupt) / (m_clean - m_corrupt)
