@@ -1,7 +1,7 @@
 """The explorer in a real JupyterLab, in Chromium: run the cell, click a head in the overview, see the detail change.
 
 JupyterLab serves on loopback with a random token and is stopped by its PID. The screenshot of the explorer is saved
-under tests/screenshots (the README's attnviz/assets/notebook.png is one of them).
+under tests/screenshots (attnviz/assets/notebook.png, in the docs' notebook page, is one of them).
 """
 
 import os

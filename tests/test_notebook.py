@@ -5,6 +5,10 @@ kernel shows. Kernel and nbconvert tests are in test_notebook_kernel.py."""
 import base64
 import io
 import json
+import shutil
+import subprocess
+import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -14,6 +18,7 @@ pytest.importorskip("anywidget", reason="pip install -r requirements-notebook.tx
 import attnviz  # noqa: E402
 from attnviz.core.tokens import labels  # noqa: E402
 from attnviz.ui import notebook  # noqa: E402
+from conftest import ROOT  # noqa: E402
 
 MB2 = 2 * 2**20
 TEXT = "The animal didn't cross the street because it was too tired."
@@ -202,3 +207,24 @@ def test_the_widget_bundle_carries_the_static_display():
     assert "image/png" not in data and stored.count("iVBORw0KGgo") == 2  # every PNG's base64 starts so
     own, _ = notebook._trace_bundle(t)  # what a trace as a cell's last value shows: the explorer, its summary as text
     assert "application/vnd.jupyter.widget-view+json" in own and own["text/plain"] == repr(t)
+
+
+def test_the_widgets_script_and_style_are_files_the_wheel_ships(tmp_path):
+    """The explorer's JS and CSS are real files (attnviz/ui/static), sent as they are in the widget's state, and the
+    package's wheel carries them byte for byte (a missing package-data line would leave an installed widget blank)."""
+    static = ROOT / "attnviz" / "ui" / "static"
+    js, css = (static / "notebook.js").read_text(encoding="utf-8"), (static / "notebook.css").read_text(encoding="utf-8")
+    assert "export default { render }" in js and ".attnviz .av-title" in css
+    widget = attnviz.explorer(attnviz.trace(TEXT))
+    assert widget._esm == js and widget._css == css
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "attnviz", src / "attnviz", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                           str(tmp_path / "out"), str(src)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = (tmp_path / "out").glob("attnviz-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert z.read("attnviz/ui/static/notebook.js").decode() == js
+        assert z.read("attnviz/ui/static/notebook.css").decode() == css
