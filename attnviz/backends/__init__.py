@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import threading
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 
 from .builtin import BUILTIN
@@ -18,7 +17,7 @@ DEFAULT_MODEL = "builtin:minilm"
 # import name 'AutoConfig'". Its imports run once, under this lock; loads then wait only for their own key.
 _importing = threading.Lock()
 _imported = False
-_guard = threading.Lock()  # guards _loading
+_guard = threading.Lock()  # guards _loading, _models and _REGISTERED
 _loading: dict[str, list] = {}  # model key -> [its lock, how many threads hold or wait for it]
 # Models loaded as objects (a TransformerLens model), by the key pages and links name them with: kept until the
 # process ends, as the user's own object is.
@@ -84,38 +83,66 @@ def _key_lock(key: str):
                 del _loading[key]
 
 
-def open_model(key: str) -> Backend:
-    """Load the model behind ``key`` (uncached): ``builtin:…``, ``hf:<hub id, folder or .gguf file>``, or a local
-    folder or .gguf file."""
-    key = normalise(key)
+MODELS = 4  # models kept loaded, shared by every caller (the app's sessions and pages, the library, the CLI)
+_models: dict[str, Backend] = {}  # normalised key -> backend, the least recently used first; guarded by _guard
+
+
+def _known(key: str) -> bool:
+    local = Path(key).expanduser() if key else None  # a folder, or a GGUF file
+    return (key in BUILTIN or key in PACKAGED or key.startswith("hf:")
+            or bool(local and (local.is_dir() or local.suffix.lower() == ".gguf")))
+
+
+def _kept(key: str) -> Backend | None:
+    with _guard:
+        backend = _models.pop(key, None)
+        if backend is not None:
+            _models[key] = backend  # used last
+        return backend
+
+
+def _open(key: str, keep: bool) -> Backend:
+    """The model behind a normalised ``key``; ``keep``: from, and into, the one cache of models (a second load
+    of a key waits for the first and finds its model there; a load of another key does not wait)."""
     if _REGISTERED.get(key) is not None:
         return _REGISTERED[key]
-    local = Path(key).expanduser() if key else None  # a folder, or a GGUF file
-    if (key in BUILTIN or key in PACKAGED or key.startswith("hf:")
-            or (local and (local.is_dir() or local.suffix.lower() == ".gguf"))):
-        _import_transformers()
-        with _key_lock(key):
-            if key in BUILTIN or key in PACKAGED:
-                return {**BUILTIN, **PACKAGED}[key]()
+    if not _known(key):
+        raise ValueError(
+            f"Unknown model {key!r}. Known models: {', '.join(list_models())}; "
+            "or 'hf:<Hugging Face id, local folder or .gguf file>'."
+        )
+    _import_transformers()
+    with _key_lock(key):
+        if keep and (backend := _kept(key)) is not None:
+            return backend
+        if key in BUILTIN or key in PACKAGED:
+            backend = {**BUILTIN, **PACKAGED}[key]()
+        else:
             from .hf import load_hf
 
-            return load_hf(key.removeprefix("hf:"))
-    raise ValueError(
-        f"Unknown model {key!r}. Known models: {', '.join(list_models())}; "
-        "or 'hf:<Hugging Face id, local folder or .gguf file>'."
-    )
+            backend = load_hf(key.removeprefix("hf:"))
+        if keep:
+            with _guard:
+                _models[key] = backend
+                while len(_models) > MODELS:
+                    del _models[next(iter(_models))]
+        return backend
 
 
-@lru_cache(maxsize=4)
-def _load(key: str) -> Backend:
-    return open_model(key)
+def open_model(key: str) -> Backend:
+    """Load the model behind ``key`` afresh, outside the cache of models: ``builtin:…``, ``hf:<hub id, folder or
+    .gguf file>``, or a local folder or .gguf file."""
+    return _open(normalise(key), keep=False)
 
 
 def load(model) -> Backend:
-    """``open_model`` with the last few models kept in memory. A TransformerLens model (an object, not a key)
-    becomes a backend registered under ``lens:<its name>`` (``lens:<name>#2`` for a second of that name)."""
+    """The model behind a key, from the one cache of models (the last MODELS used stay loaded): where every key
+    enters, normalised here once. A TransformerLens model (an object, not a key) becomes a backend registered under
+    ``lens:<its name>`` (``lens:<name>#2`` for a second of that name)."""
     if isinstance(model, str):
-        return _load(normalise(model))
+        key = normalise(model)
+        backend = _kept(key)
+        return backend if backend is not None else _open(key, keep=True)
     from .lens import LensBackend, name_of
 
     with _guard:

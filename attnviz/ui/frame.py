@@ -17,7 +17,7 @@ import streamlit as st
 
 from attnviz import settings
 from attnviz.backends import footprint
-from attnviz.backends import DEFAULT_MODEL, causal_model, describe, list_models, normalise, open_model
+from attnviz.backends import DEFAULT_MODEL, causal_model, describe, list_models, load, normalise
 from attnviz.backends.cards import takes
 from attnviz.backends.packaged import first_load_note
 from attnviz.backends.common import chat_kw, check_text
@@ -87,16 +87,9 @@ class Frame(NamedTuple):
 
 
 def get_model(key: str):
-    """A loaded model shared by all sessions (stateless; each backend serialises use with its lock).
-
-    Keys are normalised first: a whitespace-padded key must not load a second copy and evict others.
-    """
-    return _cached_model(normalise(key))
-
-
-@st.cache_resource(max_entries=4, show_spinner=False)
-def _cached_model(key: str):
-    return open_model(key)
+    """A loaded model shared by all sessions (stateless; each backend serialises use with its lock): the library's
+    one cache of models (``backends.load``, which normalises the key), never a second copy here."""
+    return load(key)
 
 
 def max_tokens() -> int:
@@ -127,12 +120,13 @@ _made_lock = threading.Lock()
 
 
 @st.cache_resource(max_entries=TRACES, show_spinner=False)
-def _cached_trace(key: str, text: str, target: str | None, limit: int, chat: bool = False):
-    args = (key, text, target, limit, chat)
+def _cached_trace(key: str, text: str, target: str | None, limit: int, chat: bool = False, _model=None):
+    args = (key, text, target, limit, chat)  # ``_model``, the key's backend when the caller holds it, is not hashed
     with _made_lock:
         trace = _MADE.get(args)
     if trace is None:
-        trace = get_model(key).trace(text, target, max_tokens=limit, **chat_kw(chat))
+        model = get_model(key) if _model is None else _model
+        trace = model.trace(text, target, max_tokens=limit, **chat_kw(chat))
         with _made_lock:
             _MADE[args] = trace
     return trace
@@ -181,6 +175,15 @@ def register_session_model(key: str, backend) -> None:
 SESSION = "session:"  # the key prefix of models trained on the Train page, which last as long as their session
 
 
+def entered(key: str) -> str:
+    """The picker's model key in its one spelling (``backends.normalise``), made once where it enters the page; a
+    key that cannot name a model stays as typed, and opening it refuses it in words."""
+    try:
+        return normalise(key)
+    except ValueError:
+        return key
+
+
 def resolve(key: str):
     """The backend behind a key: this session's own models first, then the shared cache."""
     if key in session_models():
@@ -204,23 +207,25 @@ def offered(key: str):
         raise ValueError(share.open_failed(key, e)) from None
 
 
-def get_trace(key: str, text: str, target: str | None = None, tokens: int | None = None, chat: bool = False):
+def get_trace(key: str, text: str, target: str | None = None, tokens: int | None = None, chat: bool = False,
+              model=None):
     """The trace of ``text`` under model ``key`` (its first ``tokens`` tokens at most; ``chat``: in the model's chat
-    template), cached; session models are cached per session."""
+    template), cached; session models are cached per session. ``key`` is normalised where it entered (the frame's
+    ``entered``); ``model``: its backend, when the caller resolved it already (else resolved here, when needed)."""
     cap = max_tokens() if tokens is None else min(tokens, max_tokens())
     if key in session_models():
         cache = st.session_state.setdefault("session_traces", {})
         if (key, text, target, cap, chat) not in cache:
             cache.clear()  # one entry: training pages change the model under the same key
-            model = session_models()[key]
+            model = session_models()[key] if model is None else model
             with _admitted(model, text, cap):
                 cache[(key, text, target, cap, chat)] = model.trace(text, target, max_tokens=cap, **chat_kw(chat))
         return cache[(key, text, target, cap, chat)]
-    args = (normalise(key), text, target, cap, chat)
+    args = (key, text, target, cap, chat)
     with _made_lock:
         made = _MADE.get(args)  # held while the cache is asked: found there, or kept again, never redone
-    with nullcontext() if made is not None else _admitted(get_model(args[0]), text, cap):
-        trace = _cached_trace(*args)
+    with nullcontext() if made is not None else _admitted(get_model(key) if model is None else model, text, cap):
+        trace = _cached_trace(*args, model)
     with _made_lock:
         _KEPT.pop(args, None)
         _KEPT[args] = None
@@ -410,7 +415,7 @@ def frame(title: str, tracer=None, whole: bool = False, chat: bool = False) -> F
     key, text = sidebar()
     remember("model", "text")
     share.check_link(key, model_options()[0], offered)
-    key = instead_of_refused(key)
+    key = instead_of_refused(entered(key))
     cap = None if whole else page_cap()  # the tokens this page reads
     try:
         share.check_allowed(key, model_options())
@@ -419,7 +424,7 @@ def frame(title: str, tracer=None, whole: bool = False, chat: bool = False) -> F
             with st.spinner(first_load_note(key) or f"Loading {key} and computing attention…"):
                 model = offered(key)
                 chat = chat and chat_option(model)
-                trace = get_trace(key, text, tokens=cap, chat=chat)
+                trace = get_trace(key, text, tokens=cap, chat=chat, model=model)
         else:  # the tracer shows its own progress: a spinner spinning beside it takes a browser on the server's
             with st.spinner(first_load_note(key) or f"Loading {key}…"):  # machine CPU the model needs (0.1–0.7 s a
                 # 4,096-token forward)
@@ -428,7 +433,7 @@ def frame(title: str, tracer=None, whole: bool = False, chat: bool = False) -> F
             trace = tracer(key, text, chat)
             if trace is None:  # not the tracer's: the frame's own path
                 with st.spinner(f"Computing attention of {key}…"):
-                    trace = get_trace(key, text, tokens=cap, chat=chat)
+                    trace = get_trace(key, text, tokens=cap, chat=chat, model=model)
     except ValueError as e:
         refuse(key, plain(str(e)))
     except Exception as e:  # a fault in a model or library: say so plainly, keep the page alive
