@@ -9,10 +9,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..capture.record import record
 from ..nn import EncoderModel, TransformerConfig
 from ..core.trace import AttentionTrace
-from .common import Encoded, Scorer, TorchBackend, check_text, encode, ordinary_ids, stack_trace, wrapped
+from .common import Encoded, Scorer, TorchBackend, check_text, encode, ordinary_ids, wrapped
 from .lm import LM
 from .trained import TRAINED
 
@@ -113,9 +112,9 @@ class BuiltinModel(TorchBackend):
     def trace(self, text: str, target: str | None = None, max_tokens: int | None = None) -> AttentionTrace:
         text = check_text(text)
         enc = encode(self.tokenizer, text, self.limit(max_tokens))
-        with self.lock, torch.inference_mode(), record(self.net) as rec:
+        with self.recorded() as run:
             out = self.net(torch.tensor([enc.ids]))  # (1, T)
-        return stack_trace(self.key, enc, text, "encoder", rec.weights(), out.hidden_states, rec.norms())
+        return run.trace(enc, text, "encoder", out.hidden_states)
 
     def plain_ids(self) -> list[int]:
         """Every token id that is not a special token (what a probe of random tokens draws from)."""
@@ -126,13 +125,13 @@ class BuiltinModel(TorchBackend):
         ids = wrapped(self.tokenizer, list(ids)) if add_special_tokens else list(ids)
         if not 0 < len(ids) <= self.max_tokens:
             raise ValueError(f"{len(ids)} tokens: this model takes 1 to {self.max_tokens:,}.")
-        with self.lock, torch.inference_mode():
+        with self.lock:  # tokenizers are not thread-safe
             special = np.array(self.tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True), bool)
             enc = Encoded(ids, tuple(self.tokenizer.convert_ids_to_tokens(ids)), special, None, 0)
             text = self.tokenizer.decode(ids)
-            with record(self.net) as rec:
-                out = self.net(torch.tensor([ids]))  # (1, T)
-        return stack_trace(self.key, enc, text, "encoder", rec.weights(), out.hidden_states, rec.norms())
+        with self.recorded() as run:
+            out = self.net(torch.tensor([ids]))  # (1, T)
+        return run.trace(enc, text, "encoder", out.hidden_states)
 
     def ablation(self, text: str, max_tokens: int | None = None):
         """("encoder", run): the last hidden states (T, D) with heads scaled by ``head_mask`` (L, H)."""

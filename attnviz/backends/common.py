@@ -7,7 +7,7 @@ import os
 import re
 import threading
 from bisect import bisect_right
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, NamedTuple, Protocol
 
@@ -237,6 +237,21 @@ class Backend(Protocol):
         chosen label of a classifier, next token of a causal LM, or an encoder's [CLS] output norm."""
 
 
+class Recorded(NamedTuple):
+    """One recorded forward of a backend's net (``TorchBackend.recorded``), and how a stack of it becomes a trace."""
+
+    backend: "TorchBackend"
+    recorder: object  # capture.record's Recorder: the queries and keys, norms, the forward handed over
+
+    def trace(self, enc: Encoded, text: str, kind: str, hidden_states, side: str = "", weights=None,
+              norms: dict | None = None):
+        """One stack's trace: ``side`` ("", "encoder", "decoder") names the stack in the recorder; ``weights`` and
+        ``norms`` replace what it recorded (eager attention's own weights, a model without norm hooks)."""
+        rec = self.recorder
+        return stack_trace(self.backend.key, enc, text, kind, rec.weights(side) if weights is None else weights,
+                           hidden_states, rec.norms(side) if norms is None else norms, self.backend.capture)
+
+
 class TorchBackend:
     """What backends over a torch module ``net`` share: position information, norm coverage, head masking."""
 
@@ -268,6 +283,14 @@ class TorchBackend:
     @property
     def norm_note(self) -> str:
         return missing_note(self.net)
+
+    @contextmanager
+    def recorded(self):
+        """The one way a backend runs a forward it traces: under its lock (a net and its tokenizer serve one run
+        at a time), without autograd, with attnviz's recorder on the net (its hooks removed on exit, whatever
+        happens). Yields a ``Recorded``, whose ``trace`` makes each stack's trace once the forward has run."""
+        with self.lock, torch.inference_mode(), record(self.net) as rec:
+            yield Recorded(self, rec)
 
     def masked_run(self, forward: Callable[[], torch.Tensor]) -> Callable[[np.ndarray], torch.Tensor]:
         """``run(head_mask)``: ``forward()`` with each head's output scaled by ``head_mask`` (L, H)."""

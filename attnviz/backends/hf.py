@@ -26,13 +26,12 @@ import torch.nn.functional as F
 from .. import settings
 from ..core.budget import check_budget
 from . import gguf
-from ..capture.record import record
 from .generation import Generation, Sampling, top_next
 from ..core.trace import AttentionTrace, Seq2SeqTrace, stacks
 from ..core.weights import DenseWeights
 from ..capture import hf as hf_attention
 from .common import (Encoded, Scorer, TorchBackend, check_text, encode, has_chat_template, log_odds, ordinary_ids,
-                     stack_trace, stacked, wrapped)
+                     stacked, wrapped)
 from .trained import ENCODER_DECODER_ABLATION
 
 log = logging.getLogger("attnviz")
@@ -502,7 +501,7 @@ class HFModel(TorchBackend):
         if tokenizer.model_max_length < 1e6:  # larger values are "no limit" placeholders
             limits.append(int(tokenizer.model_max_length))
         self.position_limit = min((n for n in limits if n), default=None)
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # held over tokenizing and the recorded forward (``recorded`` takes it again)
         self.start_id = _decoder_start(net, tokenizer) if kind == "encoder-decoder" else None
         self.capture = "interface"
         checked = self._checked_trace()
@@ -556,7 +555,7 @@ class HFModel(TorchBackend):
         self.capture = capture
 
     def _forward(self, logits_from: int | None = None, **ids):
-        """One recorded forward pass over batch-of-one token ids -> (outputs with every hidden state, recorder).
+        """One recorded forward pass over batch-of-one token ids -> (outputs with every hidden state, ``Recorded``).
 
         A causal LM runs its base model without a cache: its logits (T × vocabulary floats, 500 MB at 4,096
         tokens for a 30k vocabulary) and its key/value cache are nothing a trace shows. ``logits_from``: run
@@ -571,17 +570,17 @@ class HFModel(TorchBackend):
             net = self.net
             if "logits_to_keep" in inspect.signature(net.forward).parameters:
                 extra["logits_to_keep"] = inputs["input_ids"].shape[1] - logits_from
-        with record(self.net) as rec, _before_projection(self.net) as last:
+        with self.recorded() as run, _before_projection(self.net) as last:
             out = net(**inputs, **extra, output_attentions=self.capture == "eager", output_hidden_states=True)
         hidden = out.get("hidden_states")
         if hidden and last and hidden[-1].shape[-1] != hidden[0].shape[-1]:
             out["hidden_states"] = (*hidden[:-1], last[0])  # the residual stream, not its projection
-        return out, rec
+        return out, run
 
-    def _stack_weights(self, rec, attentions, side: str, n_layers: int, T: tuple[int, int]):
+    def _stack_weights(self, run, attentions, side: str, n_layers: int, T: tuple[int, int]):
         """One side's weights (``T``: its queries and keys): captured queries and keys, or eager attention's own."""
         if self.capture == "interface":
-            return rec.weights(side)
+            return run.recorder.weights(side)
         return _dense(attentions, self.model_type, n_layers, T)
 
     def _chat(self, chat: bool) -> bool:
@@ -600,11 +599,11 @@ class HFModel(TorchBackend):
         with self.lock, torch.inference_mode():
             src = encode(self.tokenizer, text, limit, chat)
             if self.kind != "encoder-decoder":
-                out, rec = self._forward(input_ids=src.ids)
+                out, run = self._forward(input_ids=src.ids)
                 hidden, attentions = list(out.hidden_states), out.get("attentions")
                 del out  # the list holds the only references: stacking lets each layer go once copied
-                weights = self._stack_weights(rec, attentions, "", len(hidden) - 1, (len(src.ids), len(src.ids)))
-                return self._side(src, src.text or text, weights, hidden, self.kind, rec.norms())
+                weights = self._stack_weights(run, attentions, "", len(hidden) - 1, (len(src.ids), len(src.ids)))
+                return self._side(run, src, src.text or text, weights, hidden, self.kind)
             if target is None:
                 tgt = self._label(self._generate(src.ids))
             else:
@@ -615,16 +614,16 @@ class HFModel(TorchBackend):
                     special=np.concatenate([[True], enc.special]),
                     word_ids=np.concatenate([[-1], enc.word_ids]),
                 )
-            out, rec = self._forward(input_ids=src.ids, decoder_input_ids=tgt.ids)
+            out, run = self._forward(input_ids=src.ids, decoder_input_ids=tgt.ids)
             n_enc, n_dec = len(out.encoder_hidden_states) - 1, len(out.decoder_hidden_states) - 1
             Ts, Tt = len(src.ids), len(tgt.ids)
-            enc_w = self._stack_weights(rec, out.get("encoder_attentions"), "encoder", n_enc, (Ts, Ts))
-            dec_w = self._stack_weights(rec, out.get("decoder_attentions"), "decoder", n_dec, (Tt, Tt))
-            cross = self._stack_weights(rec, out.get("cross_attentions"), "cross", n_dec, (Tt, Ts))
+            enc_w = self._stack_weights(run, out.get("encoder_attentions"), "encoder", n_enc, (Ts, Ts))
+            dec_w = self._stack_weights(run, out.get("decoder_attentions"), "decoder", n_dec, (Tt, Tt))
+            cross = self._stack_weights(run, out.get("cross_attentions"), "cross", n_dec, (Tt, Ts))
         target_text = target or self.tokenizer.decode(tgt.ids, skip_special_tokens=True)
         return Seq2SeqTrace(
-            encoder=self._side(src, text, enc_w, out.encoder_hidden_states, "encoder", rec.norms("encoder")),
-            decoder=self._side(tgt, target_text, dec_w, out.decoder_hidden_states, "decoder", rec.norms("decoder")),
+            encoder=self._side(run, src, text, enc_w, out.encoder_hidden_states, "encoder", "encoder"),
+            decoder=self._side(run, tgt, target_text, dec_w, out.decoder_hidden_states, "decoder", "decoder"),
             cross=cross,
             generated=target is None,
         )
@@ -681,18 +680,18 @@ class HFModel(TorchBackend):
         if not 0 < len(ids) <= self.max_tokens:
             raise ValueError(f"{len(ids)} tokens: this model takes 1 to {self.max_tokens:,}.")
         with self.lock, torch.inference_mode():  # the lock covers the tokenizer too
-            out, rec = self._forward(input_ids=list(ids))
-            return self._ids_trace(list(ids), out, rec)
+            out, run = self._forward(input_ids=list(ids))
+            return self._ids_trace(list(ids), out, run)
 
-    def _ids_trace(self, ids: list, out, rec, special=None) -> AttentionTrace:
+    def _ids_trace(self, ids: list, out, run, special=None) -> AttentionTrace:
         """The trace of ``ids`` (``special``: the mask of its first tokens, a chat template's included)."""
         tok = self.tokenizer
         mask = np.array(tok.get_special_tokens_mask(ids, already_has_special_tokens=True), dtype=bool)
         if special is not None:
             mask[:len(special)] |= special
         enc = Encoded(ids, tuple(tok.convert_ids_to_tokens(ids)), mask, None, 0)
-        weights = self._stack_weights(rec, out.get("attentions"), "", len(out.hidden_states) - 1, (len(ids), len(ids)))
-        return self._side(enc, tok.decode(ids), weights, out.hidden_states, self.kind, rec.norms())
+        weights = self._stack_weights(run, out.get("attentions"), "", len(out.hidden_states) - 1, (len(ids), len(ids)))
+        return self._side(run, enc, tok.decode(ids), weights, out.hidden_states, self.kind)
 
     def traced(self, text, chat: bool = False) -> tuple[AttentionTrace, torch.Tensor]:
         """(trace, next-token logits (T, V)) of a causal LM's text (``chat``: in its chat template), or of token ids
@@ -708,8 +707,8 @@ class HFModel(TorchBackend):
                 ids = wrapped(self.tokenizer, list(text))
             if not 0 < len(ids) <= self.max_tokens:
                 raise ValueError(f"{len(ids)} tokens: this model takes 1 to {self.max_tokens:,}.")
-            out, rec = self._forward(0, input_ids=ids)
-            return self._ids_trace(ids, out, rec, special), out.logits[0].float().cpu()
+            out, run = self._forward(0, input_ids=ids)
+            return self._ids_trace(ids, out, run, special), out.logits[0].float().cpu()
 
     def generate(self, prompt: str, sampling: Sampling | None = None, on_step=None, chat: bool = False) -> Generation:
         """Continue ``prompt`` (``chat``: the user's turn of the chat template, so the model answers it) with the
@@ -737,16 +736,17 @@ class HFModel(TorchBackend):
                                          num_beams=1, pad_token_id=eos if eos is not None else 0,
                                          streamer=None if on_step is None else _Steps(on_step, most),
                                          **options)[0].tolist()
-            out, rec = self._forward(len(ids) - 1, input_ids=full)
+            out, run = self._forward(len(ids) - 1, input_ids=full)
             logits = out.logits[0, -(len(full) - len(ids) + 1):-1]  # (new, V): the rows predicting each new token
             top_ids, top_probs = top_next(logits.float().cpu())
-            trace = self._ids_trace(full, out, rec, enc.special)
+            trace = self._ids_trace(full, out, run, enc.special)
             tokens = tuple(tuple(self.tokenizer.convert_ids_to_tokens(row.tolist())) for row in top_ids)
             continuation = self.tokenizer.decode(full[len(ids):], skip_special_tokens=True)
         return Generation(trace, len(ids), continuation, top_ids, tokens, top_probs, s)
 
-    def _side(self, enc, text: str, weights, hidden, kind: str, norms: dict) -> AttentionTrace:
-        """One stack's trace; a causal stack whose weights reach later tokens is refused, never shown."""
+    def _side(self, run, enc, text: str, weights, hidden, kind: str, side: str = "") -> AttentionTrace:
+        """One stack's trace (``side``: its name in the recorder); a causal stack whose weights reach later tokens is
+        refused, never shown."""
         shapes = {tuple(h.shape) if isinstance(h, torch.Tensor) else type(h).__name__ for h in hidden}
         if len(shapes) != 1 or not all(isinstance(h, tuple) and h[:2] == (1, len(enc.ids)) for h in shapes):
             got = ", ".join(sorted(map(str, shapes)))
@@ -755,7 +755,7 @@ class HFModel(TorchBackend):
         if kind == "decoder" and (leak := causal_leak(weights)):
             raise ValueError(refusal(self.model_type, f"it loads as a causal model, but its attention reaches later "
                                                       f"tokens ({leak})"))
-        return stack_trace(self.key, enc, text, kind, weights, hidden, norms, self.capture)
+        return run.trace(enc, text, kind, hidden, side, weights=weights)
 
     def _generate(self, ids: list) -> list:
         """The model's own greedy output for ``ids``, decoder start token first."""

@@ -22,11 +22,11 @@ import torch
 import torch.nn.functional as F
 
 from ..capture.hf import layer_qk
-from ..capture.record import hand_over, record
+from ..capture.record import hand_over
 from ..core.outputs import is_causal, stacked as dense_stack
 from ..core.trace import AttentionTrace
 from ..core.weights import LayerQK, OnDemandWeights
-from .common import Encoded, TorchBackend, check_text, ordinary_ids, stack_trace
+from .common import Encoded, TorchBackend, check_text, ordinary_ids
 
 TOLERANCE = 1e-5  # the captured weights must equal the model's own hook_pattern within this on the check ids
 CHECK_TOKENS = 12
@@ -172,10 +172,10 @@ class LensBackend(TorchBackend):
         enc = Encoded(list(ids), tuple(tok.convert_ids_to_tokens(list(ids))), special, None, truncated)
         hidden = [None] * (self.n_layers + 1)
         device = next(self.net.parameters()).device
-        with self.lock, torch.inference_mode(), record(self.net) as rec, \
+        with self.recorded() as run, \
                 self.net.hooks(fwd_hooks=self._hooks(hidden) + list(extra)):  # removed on exit, whatever happens
             logits = self.net(torch.tensor([list(ids)], device=device))  # (1, T, V)
-            trace = stack_trace(self.key, enc, text or tok.decode(list(ids)), self.kind, rec.weights(), hidden, {})
+            trace = run.trace(enc, text or tok.decode(list(ids)), self.kind, hidden, norms={})
         return trace, logits[0].float().cpu()
 
     def _ids(self, text: str, limit: int) -> tuple[list, int]:

@@ -13,12 +13,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..capture.record import record
 from .generation import Generation, Sampling, top_next
 from ..nn import LanguageModel, TransformerConfig
 from .vocab import BOS, EOS, SPECIALS, Vocab
 from ..core.trace import AttentionTrace
-from .common import Encoded, Scorer, TorchBackend, check_text, log_odds, stack_trace
+from .common import Encoded, Scorer, TorchBackend, check_text, log_odds
 from .trained import CHECKPOINTS
 
 DESCRIPTION = ("a {n_layers}-layer × {n_heads}-head decoder-only language model trained on attnviz's generated "
@@ -73,10 +72,9 @@ class TrainedLM(TorchBackend):
 
     def _run(self, enc: Encoded, text: str) -> tuple[AttentionTrace, torch.Tensor]:
         """(trace, next-token logits (T, V)) of one recorded forward."""
-        with self.lock, torch.inference_mode(), record(self.net) as rec:
+        with self.recorded() as run:
             logits, out = self.net(torch.tensor([enc.ids]))  # (1, T, V)
-        trace = stack_trace(self.key, enc, text, "decoder", rec.weights(), out.hidden_states, rec.norms())
-        return trace, logits[0]
+        return run.trace(enc, text, "decoder", out.hidden_states), logits[0]
 
     def trace(self, text: str, target: str | None = None, max_tokens: int | None = None) -> AttentionTrace:
         ids, cut = self._ids(text, self.limit(max_tokens))

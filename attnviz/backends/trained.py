@@ -13,11 +13,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..capture.record import record
 from ..nn import TextClassifier, TransformerConfig, Translator
 from .vocab import BOS, EOS, SPECIALS, Vocab
 from ..core.trace import AttentionTrace, Seq2SeqTrace
-from .common import Encoded, Scorer, TorchBackend, check_text, log_odds, stack_trace
+from .common import Encoded, Scorer, TorchBackend, check_text, log_odds
 
 CHECKPOINTS = Path(__file__).resolve().parent.parent / "checkpoints"
 ENCODER_DECODER_ABLATION = "Head ablation covers encoders and causal LMs; encoder–decoder models are not supported."
@@ -60,9 +59,9 @@ class TrainedClassifier(_Trained):
 
     def trace(self, text: str, target: str | None = None, max_tokens: int | None = None) -> AttentionTrace:
         enc, ids = self._source(text, max_tokens)
-        with self.lock, torch.inference_mode(), record(self.net) as rec:
+        with self.recorded() as run:
             _, out = self.net(ids)
-        return stack_trace(self.key, enc, text, "encoder", rec.weights(), out.hidden_states, rec.norms())
+        return run.trace(enc, text, "encoder", out.hidden_states)
 
     def ablation(self, text: str, max_tokens: int | None = None):
         """("classifier", run): the class probabilities with heads scaled by ``head_mask`` (L, H)."""
@@ -84,10 +83,9 @@ class TrainedClassifier(_Trained):
     def traced(self, text: str) -> tuple[AttentionTrace, torch.Tensor]:
         """(trace, label probabilities (C,)) of one text in one forward."""
         enc, ids = self._source(text)
-        with self.lock, torch.inference_mode(), record(self.net) as rec:
+        with self.recorded() as run:
             logits, out = self.net(ids)
-        trace = stack_trace(self.key, enc, text, "encoder", rec.weights(), out.hidden_states, rec.norms())
-        return trace, logits[0].double().softmax(-1)
+        return run.trace(enc, text, "encoder", out.hidden_states), logits[0].double().softmax(-1)
 
     def predict(self, text: str) -> dict[str, float]:
         """label -> probability."""
@@ -133,18 +131,19 @@ class TrainedTranslator(_Trained):
             words = self.target.tokens(target)
             kept = words[: self.max_tokens - 2]  # room for [BOS] and [EOS]
             tgt_cut = len(words) - len(kept)
-        with self.lock, torch.inference_mode():
-            ids = self._greedy(src) if target is None else [self.bos, *self.target.ids(kept), self.eos]
-            with record(self.net) as rec:
-                _, enc, dec = self.net(src, torch.tensor([ids]))
+        if target is None:
+            with self.lock, torch.inference_mode():
+                ids = self._greedy(src)
+        else:
+            ids = [self.bos, *self.target.ids(kept), self.eos]
+        with self.recorded() as run:
+            _, enc, dec = self.net(src, torch.tensor([ids]))
         tokens = tuple(self.target.itos[i] for i in ids)
         target_enc = Encoded(ids, tokens, np.array([t in SPECIALS for t in tokens]), None, tgt_cut)
-        side = lambda e, t, kind, out: stack_trace(  # noqa: E731
-            self.key, e, t, kind, rec.weights(kind), out.hidden_states, rec.norms(kind))
         return Seq2SeqTrace(
-            encoder=side(source, text, "encoder", enc),
-            decoder=side(target_enc, self.target.decode(ids), "decoder", dec),
-            cross=rec.weights("cross"),
+            encoder=run.trace(source, text, "encoder", enc.hidden_states, "encoder"),
+            decoder=run.trace(target_enc, self.target.decode(ids), "decoder", dec.hidden_states, "decoder"),
+            cross=run.recorder.weights("cross"),
             generated=target is None,
         )
 
