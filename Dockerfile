@@ -2,7 +2,7 @@
 #   docker build -t attnviz . && docker run -p 8501:8501 -e PORT=8501 attnviz   # then open http://localhost:8501
 FROM python:3.11-slim
 
-# Public mode on (visitors pick among the offered models only: see the README's Deploy section); PORT 7860 is
+# Public mode on (visitors pick among the offered models only: see docs/deploy.md); PORT 7860 is
 # what Spaces expects, 8501 Streamlit's own default for running it locally.
 ENV ATTNVIZ_PUBLIC=1 \
     PORT=7860 \

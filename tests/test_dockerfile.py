@@ -1,6 +1,6 @@
 """The Dockerfile's steps, without a container engine (none can pull a base image here): parse it, run its install
 steps in a fresh virtual environment on a copy of the build context, start the app with its own command and ask its
-own health check; and the README's Spaces recipe (Docker SDK front matter).
+own health check; and the deploy guide's Spaces recipe (docs/deploy.md: Docker SDK front matter).
 
 The venv is made with --system-site-packages: it still starts empty of anything the steps install into it (attnviz
 itself, editable, from the copied context), but finds the pinned packages already installed here instead of
@@ -109,15 +109,14 @@ def test_the_dockerfiles_steps_install_and_start_a_healthy_app(tmp_path):
 
 
 def front_matter(block: str) -> dict:
-    """The YAML front matter printed by the README's Spaces step (simple ``key: value`` lines)."""
+    """The YAML front matter printed by the deploy guide's Spaces step (simple ``key: value`` lines)."""
     m = re.search(r"printf -- '---\\n(.*?)\\n---\\n", block)
     assert m, "the Spaces step prints no front matter"
     return dict(line.split(": ", 1) for line in m.group(1).split("\\n"))
 
 
-def test_the_readme_spaces_recipe_is_for_the_docker_sdk():
-    readme = (ROOT / "README.md").read_text()
-    deploy = readme.split("## Deploy", 1)[1].split("\n## ", 1)[0]
+def test_the_deploy_guides_spaces_recipe_is_for_the_docker_sdk():
+    deploy = (ROOT / "docs" / "deploy.md").read_text()
     spaces = deploy.split("**Hugging Face Spaces", 1)[1].split("\n**", 1)[0]
     meta = front_matter(spaces)
     assert meta["sdk"] == "docker"
