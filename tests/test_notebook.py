@@ -213,7 +213,8 @@ def test_the_widgets_script_and_style_are_files_the_wheel_ships(tmp_path):
     """The explorer's JS and CSS are real files (attnviz/ui/static), sent as they are in the widget's state, and the
     package's wheel carries them byte for byte (a missing package-data line would leave an installed widget blank)."""
     static = ROOT / "attnviz" / "ui" / "static"
-    js, css = (static / "notebook.js").read_text(encoding="utf-8"), (static / "notebook.css").read_text(encoding="utf-8")
+    js = (static / "notebook.js").read_text(encoding="utf-8")
+    css = (static / "notebook.css").read_text(encoding="utf-8")
     assert "export default { render }" in js and ".attnviz .av-title" in css
     widget = attnviz.explorer(attnviz.trace(TEXT))
     assert widget._esm == js and widget._css == css
