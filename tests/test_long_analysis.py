@@ -184,3 +184,32 @@ def test_figures_escape_text_and_stay_small(trace):
     assert top_only.count("<span") == 1 and '<span title="0.5"' in top_only  # only the strongest is shaded
     w = figs.window_heatmap(np.eye(3, dtype=np.float32), 0, tokens, "t")
     assert all("<" not in t for t in w.to_dict()["layout"]["xaxis"]["ticktext"])
+
+
+class Stop(Exception):
+    """What Streamlit's Stop raises in a job's checkpoint (``attnviz.ui.jobs.checkpoint``), mid-forward."""
+
+
+@pytest.mark.parametrize("key", ["builtin:seed", "gpt2"])
+def test_a_stopped_forward_keeps_the_layers_it_read_and_its_rerun_reads_only_the_rest(key, small_tiles, tiny_backend):
+    """A forward stopped half-way through a layer keeps the layers it read whole before it; a rerun with them reads
+    only the others (no progress before their share), and its survey is the one an uninterrupted forward reads."""
+    model = attnviz.load(key) if key.startswith("builtin:") else tiny_backend(key)
+    L = model.n_layers
+    k = max(1, L // 2)  # layers read whole before the Stop
+    _, uninterrupted = long.traced(model, TEXT, detail=7, keys=(1, 5))
+
+    def stop_half_way(fraction):
+        if fraction * L > k + 0.5:
+            raise Stop
+
+    reducer = long.Reducer(7, L, stop_half_way, keys=(1, 5))
+    with pytest.raises(Stop):
+        long.traced(model, TEXT, reducer=reducer)
+    kept = reducer.whole()
+    assert len(kept) == k and len(reducer.layers) == k + 1  # the layer read in part is not kept
+    fractions = []
+    trace, resumed = long.traced(model, TEXT, reducer=long.Reducer(7, L, fractions.append, keys=(1, 5), kept=kept))
+    assert resumed.layers[:k] == kept and min(fractions) > k / L and fractions[-1] == pytest.approx(1.0)
+    assert resumed.complete(trace.stack(None).weights.shape)
+    assert_same_survey(resumed.result(5), uninterrupted.result(5), rtol=1e-6)

@@ -248,19 +248,34 @@ class Reducer:
     does this, so a forward feeds it while it attends: ``capture.reducing``).
     ``progress(fraction)`` after each chunk, over ``n_layers`` when given. The columns of ``keys`` (key
     positions: those a view opens on) are kept whole as they pass: a token's column from the trace is a pass over
-    every row of the layer's heads (0.3–0.45 s at 4,096 tokens for the mean of builtin:seed's 8 heads)."""
+    every row of the layer's heads (0.3–0.45 s at 4,096 tokens for the mean of builtin:seed's 8 heads).
+
+    ``kept``: the whole layers (``whole()``) of a reducer whose forward of the same text was stopped: the next
+    forward's first calls are not read again (``layer`` returns None: they attend on their fast path), so a rerun
+    pays for the layers that were not read, and the survey is the one an uninterrupted forward reads."""
 
     def __init__(self, detail: int = 256, n_layers: int | None = None,
-                 progress: Callable[[float], None] | None = None, tiles: int = SURVEY_TILES, keys: tuple = ()):
+                 progress: Callable[[float], None] | None = None, tiles: int = SURVEY_TILES, keys: tuple = (),
+                 kept: list | tuple = ()):
         self.detail, self.n_layers, self.progress, self.tiles = detail, n_layers, progress, tiles
         self.keys = tuple(keys)
-        self.layers: list[_Layer] = []
+        self.layers: list[_Layer] = list(kept)
+        self._kept, self._calls = len(self.layers), 0
         self._arena = _Arena()  # every layer's tiles and buffers, freed once the last layer is seen
 
-    def layer(self, H: int, T: int) -> tuple[int, Callable, Callable, int]:
-        """Start the next layer: ``(rows, visit, tile, chunk)``, the arguments of ``LayerQK.output`` that feed it."""
+    def whole(self) -> list:
+        """The layers seen whole (a stopped forward's, to keep for its rerun: ``kept``); frees the tiles' memory."""
+        self._arena.clear()
+        return [x for x in self.layers if x.rows == x.T]
+
+    def layer(self, H: int, T: int) -> tuple[int, Callable, Callable, int] | None:
+        """Start the next layer: ``(rows, visit, tile, chunk)``, the arguments of ``LayerQK.output`` that feed it;
+        None for a layer that ``kept`` holds already."""
         if self.layers and (self.layers[0].H, self.layers[0].T) != (H, T):
             raise ValueError(f"every layer of a survey must have the same heads and positions, got {H} heads × {T}")
+        self._calls += 1
+        if self._calls <= self._kept:
+            return None
         b = block_size(T, self.detail)
         current = _Layer(H, T, b, self._arena, tuple(k for k in self.keys if k < T))
         self.layers.append(current)
@@ -312,12 +327,13 @@ class Reducer:
 
 def traced(model, text: str, max_tokens: int | None = None, detail: int = 256,
            progress: Callable[[float], None] | None = None, tiles: int = SURVEY_TILES, keys: tuple = (),
-           chat: bool = False) -> tuple:
+           chat: bool = False, reducer: Reducer | None = None) -> tuple:
     """(trace, reducer): ``model``'s trace of ``text`` (``chat``: in its chat template) with a survey of every head
     read during the same forward (``capture.reducing``) in tiles of ``tiles`` TILE_FLOATS, keeping the columns of
     ``keys``; ``reducer.complete`` is False for a model whose forward did not hand its attention over (held eager):
-    survey its weights instead."""
-    with reducing(Reducer(detail, model.n_layers, progress, tiles, keys)) as reducer:
+    survey its weights instead. ``reducer``: the Reducer to feed instead of one made from those arguments (one
+    with layers ``kept`` from a stopped forward of this text)."""
+    with reducing(reducer or Reducer(detail, model.n_layers, progress, tiles, keys)) as reducer:
         return model.trace(text, max_tokens=max_tokens, **chat_kw(chat)), reducer
 
 

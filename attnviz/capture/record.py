@@ -8,7 +8,8 @@ sessions stays stateless.
 
 ``with reducing(reducer):`` around a recorded forward of one text also hands every self-attention weight tile to
 ``reducer`` (``attnviz.analysis.long.Reducer``) as the forward attends: the attention output is then computed
-from those same tiles (explicit attention instead of SDPA), so a survey of every head costs no second pass.
+from those same tiles (explicit attention instead of SDPA), so a survey of every head costs no second pass. A
+layer the reducer holds already (read before a Stop in a forward of the same text) attends on its fast path.
 
 ``record(net, lengths=[n_0, n_1, …])`` records a right-padded batch of self-attention instead: each call keeps,
 per text, its own queries and keys cut to its n_b tokens (what a forward of that text alone would see), and
@@ -104,7 +105,8 @@ class Recorder:
         H, Tq, Tk = layers[0].shape
         if Tq != Tk:  # generation's later steps: one query over the cache
             return None
-        return layers[0].output(values[0], *self.reducer.layer(H, Tk))
+        feed = self.reducer.layer(H, Tk)  # None: a layer the reducer kept from a stopped forward
+        return None if feed is None else layers[0].output(values[0], *feed)
 
     def _surveyed(self, module) -> bool:
         """Whether a reducer reads this module: an encoder–decoder's encoder, else any attention but cross."""

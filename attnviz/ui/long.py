@@ -42,34 +42,58 @@ class _Bar:
     run need two names); ``done()`` removes it.
 
     With the bar goes what a Stop leaves on the page: once Streamlit stops a script, nothing more can be drawn, so
-    the message (what stopped, how far in) is drawn and kept current beside the bar, and the frame's STILL_CSS shows
-    it, and hides the frozen bar, only once the app no longer runs."""
+    the message (what stopped, how far in, what is kept) is drawn and kept current beside the bar, and the frame's
+    STILL_CSS shows it, and hides the frozen bar, only once the app no longer runs. ``layers``: the work reads that
+    many layers in turn, and a Stop keeps those read whole (``long_trace``): the message says how many, updated as
+    each is done (a markdown element, at most once a layer); 0: a Stop keeps nothing."""
 
-    def __init__(self, text: str, name: str):
+    def __init__(self, text: str, name: str, layers: int = 0):
         self.text, self.key, self.name, self.bar, self.note = text, f"{BAR_KEY}_{name}", name, None, None
+        self.layers, self.kept = layers, -1
         self.start = time.perf_counter()
         self.last = self.start - BAR_EVERY_S + BAR_AFTER_S  # the first draw comes BAR_AFTER_S in
 
     def __call__(self, fraction: float) -> None:
-        jobs.checkpoint()  # every tile: a closed tab or a rerun stops the work here
+        self._draw(fraction)
+        jobs.checkpoint()  # every tile, once the message says what a Stop here keeps: a closed tab or a rerun
+        # stops the work here
+
+    def _draw(self, fraction: float) -> None:
         now = time.perf_counter()
-        if now - self.last < BAR_EVERY_S:
+        kept = int(fraction * self.layers + 1e-6)  # the layers read whole: what a Stop now keeps
+        if now - self.last >= BAR_EVERY_S:
+            self.last = now
+            if self.bar is None:
+                self.note = st.empty()
+                with self.note.container(key=f"{STOPPED_KEY}_{self.name}"):
+                    self.said = st.empty()
+                    st.button("Run it again", key=f"run_again_{self.name}", icon=":material/replay:", type="primary")
+                with st.container(key=self.key):
+                    self.bar = st.progress(fraction, text=self.text)
+            else:
+                self.bar.progress(fraction, text=self.text)
+        elif self.bar is None or kept == self.kept:
             return
-        self.last = now
-        if self.bar is None:
-            self.note = st.empty()
-            with self.note.container(key=f"{STOPPED_KEY}_{self.name}"):
-                self.said = st.empty()
-                st.button("Run it again", key=f"run_again_{self.name}", icon=":material/replay:", type="primary")
-            with st.container(key=self.key):
-                self.bar = st.progress(fraction, text=self.text)
-        else:
-            self.bar.progress(fraction, text=self.text)
         # markdown, not an alert: it is on the page (hidden) through every run, and says nothing wrong until a Stop
         self.said.markdown(f":orange[:material/stop_circle:] Stopped about {now - self.start:.0f} s in, at "
                            f"{fraction:.0%} of “{self.text.rstrip('…')}”: a page needs the whole of it, so nothing "
-                           "below was drawn. The text, the model and the settings are as they were: run it again to "
-                           "finish.")
+                           f"below was drawn. {self._kept_words(kept)}The text, the model and the settings are as "
+                           "they were: run it again to finish.")
+        self.kept = kept  # once on the page (a Stop can come in the call that draws it: Streamlit checks there)
+
+    def keeps(self, layers: list) -> list:
+        """Of ``layers`` read whole when the work stopped, those the page says are kept (all of them while no
+        message is on the page)."""
+        return layers if self.kept < 0 else layers[:self.kept]
+
+    def _kept_words(self, kept: int) -> str:
+        if not self.layers:
+            return ""
+        if not kept:
+            return "No layer was read whole yet, so a run starts over. "
+        rest = "its last layer" if self.layers - kept == 1 else f"the other {self.layers - kept}"
+        return (f"The heads of the first {kept} of its {self.layers} layers were read and are kept: running it again "
+                f"reads only {rest} (the model itself runs over the text again). ")
 
     def done(self) -> None:
         if self.bar is not None:
@@ -102,6 +126,15 @@ def _tiles(model, n: int) -> int:
     return SURVEY_TILES if _job_mb(model, n, SURVEY_TILES) <= settings.max_trace_mb() else 1
 
 
+class _Stopped(NamedTuple):
+    model: object  # the backend whose forward was stopped
+    layers: list  # the survey's layers it read whole (Reducer.whole)
+
+    @property
+    def nbytes(self) -> int:
+        return nbytes([vars(layer) for layer in self.layers])
+
+
 class _Entry(NamedTuple):
     model: object  # the backend that made the trace (a session's own model is not another session's)
     trace: object
@@ -120,19 +153,24 @@ _SURVEYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # Every long trace not yet freed, by (model key, text, limit, model): a trace pushed out of _LONG that a page still
 # draws is found again (a zoom's fragment rerun must not wait in line for room that its own trace takes).
 _LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# What the last two stopped long forwards read whole, by (model key, text, limit, chat): a Stop, a rerun or a
+# closed tab mid-forward keeps it, and the next run of that text reads only the layers it lacks.
+_STOPPED: dict = {}
 
 
 def _kept_mb() -> float:
     with _lock:
-        return sum(t.nbytes + _SURVEYS[t.stack(None).weights].nbytes for t in list(_LIVE.values())) / 2**20
+        return (sum(t.nbytes + _SURVEYS[t.stack(None).weights].nbytes for t in list(_LIVE.values()))
+                + sum(s.nbytes for s in _STOPPED.values())) / 2**20
 
 
 def _evict() -> bool:
     with _lock:
-        if not _LONG:
-            return False
-        _LONG.pop(next(iter(_LONG)))
-        return True
+        for kept in (_LONG, _STOPPED):
+            if kept:
+                kept.pop(next(iter(kept)))
+                return True
+        return False
 
 
 jobs.keeper(_kept_mb, _evict)
@@ -166,7 +204,9 @@ def is_long(trace) -> bool:
 def long_trace(key: str, text: str, limit: int, chat: bool = False):
     """The trace of ``text`` (up to ``limit`` tokens; ``chat``: in the model's chat template) with a survey of every
     head read during the same forward (``capture.reducing``: each weight is computed once), a progress bar while it
-    runs."""
+    runs. A forward stopped (Stop, a rerun, a closed tab) keeps the survey's layers it read whole, as its message
+    says: the next run of this text runs the model again but reads only the other layers' heads (the part of the
+    forward that costs most), to the survey an uninterrupted run reads."""
     model = resolve(key)
     k = (normalise(key), text, limit, chat)
     with _lock:
@@ -177,10 +217,25 @@ def long_trace(key: str, text: str, limit: int, chat: bool = False):
             _keep(k, _Entry(model, alive, _SURVEYS[alive.stack(None).weights]))
             return alive
     n = footprint.n_tokens(model, text, limit, chat)
-    bar = _Bar("Running the model and reading all its heads…", "forward")
+    with _lock:
+        stopped = _STOPPED.pop(k, None)
+    kept = stopped.layers if stopped is not None and stopped.model is model else []
+    L = model.n_layers
+    bar = _Bar("Running the model and reading all its heads…" if not kept else
+               f"Running the model and reading the heads of its last {L - len(kept)} layers…", "forward", L)
     tiles = _tiles(model, n)
-    with jobs.for_tokens(n, partial(_job_mb, model, tiles=tiles)):
-        trace, reducer = traced(model, text, limit, DETAIL, bar, tiles, keys=(FOCUS,), chat=chat)
+    reducer = Reducer(DETAIL, L, bar, tiles, (FOCUS,), kept)
+    try:
+        with jobs.for_tokens(n, partial(_job_mb, model, tiles=tiles)):
+            trace, reducer = traced(model, text, limit, chat=chat, reducer=reducer)
+    except BaseException:  # a Stop, a rerun, a closed tab: the layers read whole wait for this text's next run
+        whole = bar.keeps(reducer.whole())
+        if whole:
+            with _lock:
+                _STOPPED[k] = _Stopped(model, whole)
+                while len(_STOPPED) > 2:
+                    _STOPPED.pop(next(iter(_STOPPED)))
+        raise
     bar.done()
     reducer.progress = None  # the bar is this run's: a shared survey must not keep it
     paired = _Survey(reducer, {})
