@@ -9,7 +9,6 @@ from attnviz.analysis.faithfulness import AOPC, METHODS, agreement, explain, for
 from attnviz.figures.faithfulness import deletion_curves, shaded_rows
 from attnviz.analysis.interventions import ZeroValue, editing
 from attnviz.settings import max_forwards
-from attnviz.core.tokens import clean
 from attnviz.ui.frame import frame, offer_causal, page_cap
 from attnviz.ui.jobs import slot
 from attnviz.ui.share import plain
@@ -61,7 +60,6 @@ done = st.session_state.get("faithfulness")
 if not done or done[0] != asked:
     st.stop()
 e = done[1]
-names = [clean(t) for t in e.tokens]
 st.markdown(f"Explained: **{plain(e.target)}** = {e.score:.4g} (every embedding zeroed: {e.baseline:.4g}). "
             f"Integrated gradients add up to {e.completeness:.1%} of the difference.")
 for method, why in e.missing.items():
@@ -70,7 +68,7 @@ for method, why in e.missing.items():
 st.header("The text, by each method")
 st.caption("Shade: each row relative to its own largest |importance|; red raises the score, blue lowers it. "
            "Hover a token for its value.")
-st.html(shaded_rows(names, e))
+st.html(shaded_rows(e.tokens, e))
 
 st.header("Agreement with occlusion")
 table = agreement(e)

@@ -83,7 +83,7 @@ st.plotly_chart(step_attention(
     f"Choosing “{names[pos]}” (step {step}): what position {query} (“{names[query]}”) attended to · "
     f"layer {layer}, {which}"), key="gen_step_attention")
 
-st.plotly_chart(top_tokens([clean(x) for x in g.top_tokens[step - 1]], g.top_probs[step - 1], clean(t.tokens[pos]),
+st.plotly_chart(top_tokens(labels(g.top_tokens[step - 1]), g.top_probs[step - 1], clean(t.tokens[pos]),
                            f"Step {step}: the model's five likeliest next tokens (before temperature and top-k)"),
                 key="gen_top")
 

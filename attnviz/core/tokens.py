@@ -48,13 +48,29 @@ def clean(token: str) -> str:
     return token if token else "␣"
 
 
-def labels(tokens) -> list[str]:
-    """Cleaned labels, unique per position: a repeated label gets its position appended."""
+class Label(str):
+    """A token's display label that keeps the raw token it was cleaned from (``raw``): it compares, prints and
+    serialises as the label, and figures put the raw token in the hover beside it."""
+
+    raw: str
+
+    def __new__(cls, text: str, raw: str):
+        label = super().__new__(cls, text)
+        label.raw = raw
+        return label
+
+    def __reduce__(self):
+        return Label, (str(self), self.raw)
+
+
+def labels(tokens, raw=None) -> list[Label]:
+    """Cleaned labels, unique per position: a repeated label gets its position appended. Each keeps its raw token
+    (``raw``: the raw text of each position, where ``tokens`` are already words)."""
     out = [clean(t) for t in tokens]
     while len(set(out)) < len(out):  # again if a suffixed label meets a token that reads "a (1)" already
         counts = Counter(out)
         out = [c if counts[c] == 1 else f"{c} ({i})" for i, c in enumerate(out)]
-    return out
+    return [Label(c, str(t)) for c, t in zip(out, tokens if raw is None else raw)]
 
 
 def word_spans(word_ids) -> list[tuple[int, int]]:
@@ -88,9 +104,10 @@ def merge_subwords(attn: np.ndarray, word_ids) -> np.ndarray:
     return (m / m.sum(1, keepdims=True)) @ keys  # (..., W, W)
 
 
-def word_labels(tokens, word_ids) -> list[str]:
-    """Labels for merged words: the cleaned pieces joined, unique per position."""
-    words = []
+def word_labels(tokens, word_ids) -> list[Label]:
+    """Labels for merged words: the cleaned pieces joined, unique per position; the raw pieces, spaced, as raw."""
+    words, raw = [], []
     for a, b in word_spans(word_ids):
         words.append("".join(clean(t) if i == a else clean(t).lstrip() for i, t in enumerate(tokens[a:b], a)))
-    return labels(words)
+        raw.append(" ".join(tokens[a:b]))
+    return labels(words, raw)

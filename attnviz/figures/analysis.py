@@ -7,7 +7,8 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, head_points, safe, token_grid_layout, top_title
+from .common import (NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, cell_tokens, head_points, safe, token_grid_layout,
+                     token_note, top_title)
 
 DIVERGING = "RdBu_r"  # signed values: blue below zero, red above, white at zero
 RELEVANCE_RGB = "214, 39, 40"  # the text's highlight colour; alpha carries the relevance
@@ -60,10 +61,12 @@ def relevance_map(relevance: np.ndarray, labels, title: str, value_name: str = "
         raise ValueError(f"relevance has {T} tokens but there are {len(labels)} labels")
     names = safe(labels)
     title, top = top_title(html.escape(title, quote=False), names)
+    raw, line = cell_tokens(range(L), labels, "layer", "input")
     return go.Figure(
         go.Heatmap(
             z=relevance, x=names, zmin=0.0, zmax=1.0, colorscale=PROB_SCALE, colorbar=dict(title=value_name),
-            hovertemplate=f"after layer %{{y}}<br>token %{{x}}<br>{value_name} %{{z:.4f}}<extra></extra>",
+            hovertemplate=f"after layer %{{y}}<br>token %{{x}}<br>{value_name} %{{z:.4f}}{line}<extra></extra>",
+            **raw,
         ),
         layout=dict(
             title=title,
@@ -76,13 +79,15 @@ def relevance_map(relevance: np.ndarray, labels, title: str, value_name: str = "
 
 
 def relevance_html(labels, relevance: np.ndarray) -> str:
-    """The tokens as escaped HTML spans, each highlighted with alpha = its relevance ÷ the largest."""
+    """The tokens as escaped HTML spans, each highlighted with alpha = its relevance ÷ the largest; each title is its
+    relevance and its raw token (``labels`` from ``attnviz.core.tokens.labels``)."""
     relevance = np.asarray(relevance, np.float64)
     top = max(float(relevance.max()), 1e-12)
+    titles = [html.escape(f"{r:.4f}{token_note(getattr(t, 'raw', str(t)))}") for t, r in zip(labels, relevance)]
     spans = [
-        f'<span title="{r:.4f}" style="background: rgba({RELEVANCE_RGB}, {r / top:.3f}); '
+        f'<span title="{title}" style="background: rgba({RELEVANCE_RGB}, {r / top:.3f}); '
         f'padding: 1px 2px; margin: 1px; border-radius: 3px; line-height: 2">{html.escape(str(t))}</span>'
-        for t, r in zip(labels, relevance)
+        for t, r, title in zip(labels, relevance, titles)
     ]
     return '<div style="font-family: monospace">' + " ".join(spans) + "</div>"
 
@@ -97,10 +102,11 @@ def difference_map(diff: np.ndarray, labels, title: str) -> go.Figure:
         raise ValueError(f"difference is {diff.shape} but there are {len(labels)} labels")
     limit = float(np.clip(np.abs(diff).max(initial=0.0), 1e-6, 1.0))
     names = safe(labels)
+    raw, line = cell_tokens(labels, labels)
     return go.Figure(
         go.Heatmap(
             z=diff, x=names, y=names, zmin=-limit, zmax=limit, colorscale=DIVERGING, colorbar=dict(title="A − B"),
-            hovertemplate="query %{y}<br>key %{x}<br>A − B %{z:.4f}<extra></extra>",
+            hovertemplate=f"query %{{y}}<br>key %{{x}}<br>A − B %{{z:.4f}}{line}<extra></extra>", **raw,
         ),
         layout=token_grid_layout(html.escape(title, quote=False), names, names),
     )

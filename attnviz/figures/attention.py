@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from .view import StackView, colour_position, colour_top, focus_weights, head_weights, log_ticks
 from .analysis import head_map
 from .common import (KEY_BELOW, KEY_UNDER, LABELS_BELOW, LINE_BREAK, NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, labels_margin,
-                     right_of_key_under, safe, top_title)
+                     cell_tokens, hover_names, right_of_key_under, safe, top_title)
 from .overview import MASK_COLOUR, head_grid
 
 # Above this many cells a log-scale heatmap sends its colours as uint8 (steps of 1/255) beside the float32
@@ -73,6 +73,7 @@ def weights_heatmap(
         layout["margin"] = layout["margin"] | dict(b=layout["margin"]["b"] + KEY_BELOW - LABELS_BELOW)
         layout["height"] += KEY_BELOW - LABELS_BELOW
         layout["xaxis"]["tickfont"] = dict(size=11)  # plotly labels every token while each has 13 px (12 px: 14)
+    raw, line = cell_tokens(y_labels, x_labels, y_title, x_title)
     return go.Figure(
         go.Heatmap(
             z=z,
@@ -83,7 +84,8 @@ def weights_heatmap(
             zmax=zmax,
             colorscale=PROB_SCALE,
             colorbar=bar,
-            hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>weight {weight}<extra></extra>",
+            hovertemplate=f"{y_title} %{{y}}<br>{x_title} %{{x}}<br>weight {weight}{line}<extra></extra>",
+            **raw,
         ),
         layout=layout,
     )
@@ -123,8 +125,8 @@ def focus_bars(weights: np.ndarray, labels, title: str = "", axis_title: str = "
     names = safe(labels)
     return go.Figure(
         go.Bar(
-            x=names, y=weights, marker_color="#2171b5",
-            hovertemplate=f"{axis_title} %{{x}}<br>weight %{{y:.3g}}<extra></extra>",
+            x=names, y=weights, marker_color="#2171b5", customdata=hover_names(labels),
+            hovertemplate=f"{axis_title} %{{customdata}}<br>weight %{{y:.3g}}<extra></extra>",
         ),
         layout=dict(
             title=title, height=290 + top,

@@ -9,6 +9,8 @@ import numpy as np
 import plotly.colors
 import plotly.graph_objects as go
 
+from ..core.tokens import clean
+
 PROB_SCALE = "Blues"  # attention weights: 0 white, 1 dark, fixed range 0–1
 
 
@@ -38,6 +40,41 @@ def head_points(x, y, n_heads: int, hovertemplate: str, **more) -> go.Scatter:
 def safe(labels) -> list[str]:
     """Escape user text for plotly, which renders <a>, <b>, <br> in labels as markup."""
     return [html.escape(str(s), quote=False) for s in labels]
+
+
+# A heatmap's hover names each cell's raw query and key tokens as text of its own, one string a cell: up to this
+# many cells, so the figure's payload stays about that of its weights.
+RAW_CELLS = 64 * 64
+
+
+def _raw(label) -> str | None:
+    """The raw token a label was cleaned from (``attnviz.core.tokens.Label``), None where cleaning changed nothing
+    (a position appended to a repeated label is no news)."""
+    raw = getattr(label, "raw", None)
+    return None if raw is None or clean(raw) == raw else raw
+
+
+def token_note(token: str) -> str:
+    """" · token Ġthe": a raw token, for a hover beside the text it reads as; empty where the two are the same."""
+    return "" if clean(token) == token else f" · token {token}"
+
+
+def hover_names(labels) -> list[str]:
+    """Escaped labels for a hover, each with the raw token it was cleaned from beside it where the two differ:
+    "the · token Ġthe", "↵ · token Ċ"."""
+    return [html.escape(str(s) if _raw(s) is None else f"{s} · token {_raw(s)}", quote=False) for s in labels]
+
+
+def cell_tokens(y_labels, x_labels, y_title: str = "query", x_title: str = "key") -> tuple[dict, str]:
+    """(heatmap keywords, hover line) that name each cell's raw ``y_title`` and ``x_title`` tokens in its hover
+    (``%{text}``); nothing where no label differs from its token or the heatmap has over RAW_CELLS cells."""
+    rows, columns = [_raw(s) for s in y_labels], [_raw(s) for s in x_labels]
+    if len(rows) * len(columns) > RAW_CELLS or all(r is None for r in rows + columns):
+        return {}, ""
+    rows = [html.escape(str(s) if r is None else r, quote=False) for s, r in zip(y_labels, rows)]
+    columns = [html.escape(str(s) if r is None else r, quote=False) for s, r in zip(x_labels, columns)]
+    text = [[f"{y_title} token {r} · {x_title} token {c}" for c in columns] for r in rows]  # (rows, columns)
+    return dict(text=text), "<br>%{text}"
 
 
 # Plotly's line break, spelled unlike a plain "<br>" so our own breaks are told apart from user text that

@@ -7,22 +7,25 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import EDGE, LEGEND_BELOW, NUMBERS_LEFT, top_title
+from ..core.tokens import clean
+from .common import EDGE, LEGEND_BELOW, NUMBERS_LEFT, token_note, top_title
 
 POSITIVE, NEGATIVE = "214, 39, 40", "33, 113, 181"  # red: the token raises the score; blue: it lowers it
 
 
-def shaded_rows(labels, importance: dict) -> str:
-    """An HTML table, one row per method: its name, then the (escaped) tokens shaded by |importance| ÷ the row's
-    largest, red where the token raises the score and blue where it lowers it; each token's title is its value."""
+def shaded_rows(tokens, importance: dict) -> str:
+    """An HTML table, one row per method: its name, then the (escaped, cleaned) tokens shaded by |importance| ÷ the
+    row's largest, red where the token raises the score and blue where it lowers it; each token's title is its value
+    and its raw token."""
     rows = []
     for method, values in importance.items():
         values = np.asarray(values, np.float64)
         top = max(float(np.abs(values).max(initial=0.0)), 1e-30)
         cells = " ".join(
-            f'<span title="{v:.4g}" style="background: rgba({POSITIVE if v >= 0 else NEGATIVE}, {abs(v) / top:.3f}); '
-            f'padding: 1px 3px; border-radius: 3px">{html.escape(str(t))}</span>'
-            for t, v in zip(labels, values)
+            f'<span title="{html.escape(f"{v:.4g}{token_note(t)}")}" style="background: '
+            f'rgba({POSITIVE if v >= 0 else NEGATIVE}, {abs(v) / top:.3f}); padding: 1px 3px; border-radius: 3px">'
+            f"{html.escape(clean(t))}</span>"
+            for t, v in zip(tokens, values)
         )
         rows.append(f'<tr><th style="text-align: left; padding-right: 12px; white-space: nowrap; font-weight: 600">'
                     f"{html.escape(method)}</th><td style=\"line-height: 2\">{cells}</td></tr>")

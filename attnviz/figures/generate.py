@@ -7,7 +7,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import safe
+from .common import hover_names, safe
 
 PROMPT_COLOUR, NEW_COLOUR, CHOSEN_COLOUR = "#6baed6", "#fd8d3c", "#d62728"
 
@@ -29,7 +29,7 @@ def step_attention(weights: np.ndarray, labels, boundary: int, query: int, title
     shown = safe(labels[: len(w)])
     fig = go.Figure(go.Bar(
         x=x, y=w, marker_color=[PROMPT_COLOUR if i < boundary else NEW_COLOUR for i in x],
-        customdata=shown, hovertemplate="key %{customdata}<br>weight %{y:.4f}<extra></extra>",
+        customdata=hover_names(labels[: len(w)]), hovertemplate="key %{customdata}<br>weight %{y:.4f}<extra></extra>",
     ), layout=dict(
         title=html.escape(title, quote=False),
         xaxis=dict(title="key (earlier tokens)", tickvals=x.tolist(), ticktext=shown, tickangle=-60),
@@ -47,7 +47,7 @@ def top_tokens(labels, probs: np.ndarray, chosen: str, title: str) -> go.Figure:
     return go.Figure(go.Bar(
         x=p, y=list(range(len(p))), orientation="h",
         marker_color=[CHOSEN_COLOUR if t == chosen else PROMPT_COLOUR for t in labels],
-        customdata=shown, hovertemplate="%{customdata}<br>p = %{x:.4f}<extra></extra>",
+        customdata=hover_names(labels), hovertemplate="%{customdata}<br>p = %{x:.4f}<extra></extra>",
     ), layout=dict(
         title=html.escape(title, quote=False),
         xaxis=dict(title="probability", range=[0, 1]),

@@ -10,9 +10,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
-from ..core.tokens import clean
+from ..core.tokens import clean, labels
 from .common import (EDGE, KEY_BELOW, KEY_UNDER, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE, lut,
-                     SIDE_KEY, head_points, labels_margin, right_of_key_under, safe, top_title, wrap_title)
+                     SIDE_KEY, cell_tokens, head_points, labels_margin, right_of_key_under, safe, token_note, top_title,
+                     wrap_title)
 
 CELLS = 256  # tokens a side that a heatmap draws cell by cell: a 256 × 256 float32 head is ~0.35 MB of figure
 # (exact on hover), so a page of two or three stays under 2 MB; a 512 × 512 one alone is 1.4 MB. Past it the
@@ -129,11 +130,13 @@ def window_heatmap(w: np.ndarray, start: int, tokens, title: str) -> go.Figure:
     (yticks, ytext), (xticks, xtext) = ticks(WINDOW_TICKS), ticks(WINDOW_KEY_TICKS)
     top = colour_top(w)
     height = 250 + KEY_BELOW + max(300, WINDOW_ROW * len(yticks))  # the top margin, the colour bar, the rows
+    shown = labels(tokens[start:start + n])
+    raw, line = cell_tokens(shown, shown)
     return go.Figure(go.Heatmap(
         z=np.asarray(w, np.float32), x=pos, y=pos, zmin=0, zmax=top, colorscale=PROB_SCALE,
         # Under the plot: beside it, the bar took a third of an 800 px window.
         colorbar=_colour_bar(top) | KEY_UNDER | dict(title=dict(text="weight", side="top")),
-        hovertemplate="query %{y} · key %{x}<br>weight %{z:.5f}<extra></extra>",
+        hovertemplate=f"query %{{y}} · key %{{x}}<br>weight %{{z:.5f}}{line}<extra></extra>", **raw,
     ), layout=dict(
         # The title sits 65 px down (Streamlit's chart toolbar hides the top strip) and names the key axis itself:
         # the slanted key labels take the rest of the top margin, where an axis title and the title overlapped them.
@@ -192,12 +195,13 @@ def reach_html(tokens, word_ids, weights: np.ndarray, focus: int, height: int = 
         glued = i > 0 and word_ids[i] >= 0 and word_ids[i] == word_ids[i - 1]
         space = " " if i > 0 and not glued else ""
         piece = html.escape(clean(t))
+        title = html.escape(f"{weights[i]:.4g}{token_note(t)}")
         if i == focus:
-            parts.append(f'{space}<mark style="outline:2px solid #d62728;font-weight:bold;background:none;color:inherit" title="{weights[i]:.4g}">{piece}</mark>')
+            parts.append(f'{space}<mark style="outline:2px solid #d62728;font-weight:bold;background:none;color:inherit" title="{title}">{piece}</mark>')
         elif shaded[i]:
             a = float(weights[i]) / top
             dark = ";color:#fff" if a > 0.55 else ""
-            parts.append(f'{space}<span title="{weights[i]:.4g}" style="background:#2171b5{round(a * 255):02x}{dark}">'
+            parts.append(f'{space}<span title="{title}" style="background:#2171b5{round(a * 255):02x}{dark}">'
                          f"{piece}</span>")
         else:
             parts.append(space + piece)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import safe, token_grid_layout
+from .common import cell_tokens, hover_names, safe, token_grid_layout
 
 MAX_TICKS = 60  # more token labels than this overlap: the axis keeps numbers and hover names the token
 
@@ -20,7 +20,7 @@ def stat_heatmap(values: np.ndarray, token_labels, title: str = "", share: bool 
     labelled = dict(tickvals=list(range(T)), ticktext=names) if T <= MAX_TICKS else {}
     return go.Figure(
         go.Heatmap(
-            z=values, x=np.arange(T), y=np.arange(L), customdata=np.tile(np.array(names, dtype=object), (L, 1)),
+            z=values, x=np.arange(T), y=np.arange(L), customdata=np.tile(np.array(hover_names(token_labels), dtype=object), (L, 1)),
             colorscale="Viridis", zmin=0.0 if share else None, zmax=1.0 if share else None,
             hovertemplate="layer %{y}<br>token %{x}: %{customdata}<br>%{z:.4g}<extra></extra>",
         ),
@@ -54,11 +54,12 @@ def weight_heatmap(z: np.ndarray, q_labels, k_labels, title: str = "", zmax: flo
         raise ValueError(f"weights are {z.shape} but there are {len(q_labels)} × {len(k_labels)} labels")
     zmax = zmax if zmax is not None else float(z.max()) or 1.0
     rows, columns = safe(q_labels), safe(k_labels)
+    raw, line = cell_tokens(q_labels, k_labels)
     return go.Figure(
         go.Heatmap(
             z=z, x=columns, y=rows, zmin=0.0, zmax=zmax, colorscale="Oranges",
             colorbar=dict(title="‖αf‖"),
-            hovertemplate="query %{y}<br>key %{x}<br>%{z:.4f}<extra></extra>",
+            hovertemplate=f"query %{{y}}<br>key %{{x}}<br>%{{z:.4f}}{line}<extra></extra>", **raw,
         ),
         layout=token_grid_layout(title, rows, columns),
     )  # fmt: skip
