@@ -6,16 +6,17 @@ Models run with attnviz's attention function (``attnviz.capture.hf``): SDPA spee
 on demand. A model it does not reach exactly — checked against eager attention when it loads — runs eager, and
 its traces say so (``capture == "eager"``); one it cannot trace exactly at all is refused in words (``refusal``).
 Checkpoints load in their own dtype (bf16 stays bf16); ``check(name)`` is one model's support-matrix row.
+
+What may be loaded and from where (no custom code, safetensors only, sizes) is ``hub``'s; what "exact" means and
+the comparison with eager attention are ``check``'s: this module loads what ``hub`` admits and traces it.
 """
 
 from __future__ import annotations
 
-import copy
 import inspect
 import json
 import logging
 import threading
-from dataclasses import dataclass
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,7 +25,6 @@ import torch
 import torch.nn.functional as F
 
 from .. import settings
-from ..core.budget import check_budget
 from . import gguf
 from .generation import Generation, Sampling, top_next
 from ..core.trace import AttentionTrace, Seq2SeqTrace, stacks
@@ -32,12 +32,13 @@ from ..core.weights import DenseWeights
 from ..capture import hf as hf_attention
 from .common import (Encoded, Scorer, TorchBackend, check_text, encode, has_chat_template, log_odds, ordinary_ids,
                      stacked, wrapped)
+from .check import CHECK_TARGET, CHECK_TEXT, TOLERANCE, Check, against_eager, gap as check_gap
+from .hub import AUTO, admit_config, admit_folder, admit_gguf, kind_of, locate, refusal
 from .trained import ENCODER_DECODER_ABLATION
 
 log = logging.getLogger("attnviz")
+_locate = locate  # this round only: tests/test_gguf_hub.py reads it here (hub.locate is the function)
 
-# What a model folder needs besides its weights.
-META_FILES = ["*.json", "*.txt", "*.model", "*.tiktoken", "merges.txt", "vocab.*"]
 
 # Families whose learned positions start after the padding index (RoBERTa's offset of pad_token_id + 1).
 PAD_OFFSET_POSITIONS = {
@@ -48,11 +49,6 @@ PAD_OFFSET_POSITIONS = {
 # Tensors a checkpoint may lack without changing attention or hidden states.
 HARMLESS_MISSING = ("pooler", "lm_head", "final_logits_bias")
 
-CHECK_TEXT = "Hello world, hello again."
-# The captured weights must equal eager attention's within this, per dtype, on the check text, or the model runs
-# eager. Half-precision eager rounds its weights to the dtype (bf16 keeps 8 bits) and its earlier layers round
-# differently from SDPA's.
-TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 # A model that adds a bias or a dense mask to its scores (T5's relative bias) builds (H, T, T) tensors itself in
 # every forward, whatever attnviz keeps: T5 peaks at 24 GB for 10,000 tokens. Such models take this many.
 QUADRATIC_MAX_TOKENS = 2048
@@ -64,15 +60,10 @@ def load_hf(name: str) -> "HFModel":
     name = (name or "").strip()
     if not name:
         raise ValueError("Give a Hugging Face model id (hf:bert-base-uncased) or a local folder (hf:/path/to/folder).")
-    folder = _locate(name)
+    folder = locate(name)
     if folder.is_file():
         return _load_gguf(folder, name)
-    config, kind = _read_config(folder)
-    _check_budget(config, kind)
-    weights, safe = _weight_files([p.name for p in folder.iterdir() if p.is_file()], f"the folder {folder}")
-    _check_size(sum((folder / w).stat().st_size for w in weights), name)
-    if safe:
-        _check_safetensors(folder, weights)
+    config, kind, safe = admit_folder(folder, name)
     return HFModel(f"hf:{name}", _load_model(folder, kind, safe, config), _load_tokenizer(folder), kind, config)
 
 
@@ -81,211 +72,15 @@ def _load_gguf(file: Path, name: str) -> "HFModel":
     Refused before any weight is read when transformers cannot read its family or its float32 weights are too big."""
     from transformers import AutoConfig
 
-    header = gguf.read(file)
-    if not gguf.supported(header.architecture):
-        raise ValueError(gguf.unsupported(file, header.architecture))
-    _check_size(header.float32_bytes, name, " (dequantised to float32, as transformers loads them)")
+    header = admit_gguf(file, name)
     try:
         config = AutoConfig.from_pretrained(file.parent, gguf_file=file.name)
     except Exception as e:  # a header transformers' GGUF reader does not follow
         raise ValueError(f"transformers could not read the settings in {file}: {_cause(e)}") from None
-    kind = _kind(config)
-    _check_budget(config, kind)
+    kind = kind_of(config)
+    admit_config(config, kind)
     net = _load_model(file.parent, kind, False, config, gguf_file=file.name)
     return HFModel(f"hf:{name}", net, _load_tokenizer(file.parent, file.name), kind, config, gguf.description(header))
-
-
-def _check_budget(config, kind: str) -> None:
-    """The memory admission from the config alone, before any weight is read."""
-    from transformers.integrations.heterogeneity.configuration_utils import AmbiguousGlobalPerLayerAttributeError
-
-    try:
-        check_budget(config, kind)
-    except AmbiguousGlobalPerLayerAttributeError as e:  # layers that differ in heads or widths: no one value
-        what = str(e).split("'")[1] if "'" in str(e) else "a setting"
-        raise ValueError(refusal(config.model_type, f"its layers differ in {what} (a per-layer config), and "
-                                                    "attnviz reads one value for the whole model")) from None
-
-
-def _locate(name: str) -> Path:
-    """A local model folder for ``name`` (the folder itself, or the hub snapshot after the safety checks), or the
-    GGUF file it names or its folder holds."""
-    path = Path(name).expanduser()
-    if path.exists():
-        if path.is_file():
-            if path.suffix.lower() == gguf.SUFFIX:
-                return path
-            raise ValueError(f"{name!r} is a file; give the folder that holds config.json and the weights, or a "
-                             f"{gguf.SUFFIX} file.")
-        return _gguf_in(path, f"the folder {path}") or path
-    if name.startswith(("/", "~", ".")) or "\\" in name or name.count("/") > 2 or (
-            name.count("/") == 2 and not name.lower().endswith(gguf.SUFFIX)):
-        raise ValueError(f"There is no folder {name!r}.")
-    return _from_hub(name)
-
-
-def _gguf_in(folder: Path, where: str, files=None, named: str | None = None) -> Path | None:
-    """The one GGUF file of a folder with no config.json (``files``: its names, when not on disk; ``named``: how a
-    model key names the folder); None when it is a Hugging Face folder or holds no GGUF file; refused when it holds
-    several."""
-    files = [p.name for p in folder.iterdir() if p.is_file()] if files is None else files
-    found = sorted(f for f in files if "/" not in f and f.lower().endswith(gguf.SUFFIX))
-    if "config.json" in files or not found:
-        return None
-    if len(found) > 1:
-        raise ValueError(f"{where} holds {len(found)} GGUF files ({', '.join(found[:4])}"
-                         f"{', …' if len(found) > 4 else ''}): give the one to load, e.g. "
-                         f"hf:{named or folder}/{found[0]}")
-    return folder / found[0]
-
-
-def _offline_message(name: str) -> str:
-    return (
-        f"Could not reach the Hugging Face hub for {name!r} (offline?). Download the model elsewhere and give "
-        "its local folder, e.g. hf:/path/to/folder"
-    )
-
-
-def _from_hub(name: str) -> Path:
-    """The cached snapshot of hub model ``name``, downloaded (safe weights only, size checked) if needed; for a repo
-    of GGUF files (``org/model`` with one, or ``org/model/file.gguf``), that file."""
-    from huggingface_hub import HfApi, snapshot_download
-    from huggingface_hub import errors as hub
-    from huggingface_hub.utils import validate_repo_id
-
-    repo, named = (name.rsplit("/", 1)[0], name.rsplit("/", 1)[1]) if name.count("/") == 2 else (name, None)
-    try:
-        validate_repo_id(repo)
-    except hub.HFValidationError:
-        raise ValueError(f"{name!r} is neither a folder nor a Hugging Face model id like 'org/model'.") from None
-    try:
-        cached = Path(snapshot_download(repo, local_files_only=True))
-        # Loading only a tokenizer caches config.json too: a snapshot without weights is not the model.
-        if named is not None and (cached / named).is_file():
-            return cached / named
-        if named is None and (found := _gguf_in(cached, f"the hub model {repo!r}", named=repo)) is not None:
-            return found
-        if (cached / "config.json").is_file() and [*cached.glob("model*.safetensors"), *cached.glob("*.bin")]:
-            return cached
-    except hub.LocalEntryNotFoundError:
-        pass
-    if settings.hub_offline():
-        raise ValueError(_offline_message(name))
-    try:
-        info = HfApi().model_info(repo, timeout=settings.hub_timeout(), files_metadata=True)
-    except hub.RepositoryNotFoundError:
-        raise ValueError(f"There is no model {name!r} on the Hugging Face hub (or it is private).") from None
-    except hub.GatedRepoError:
-        raise ValueError(
-            f"{name!r} is gated on the hub: accept its licence and log in, or download it and give its folder."
-        ) from None
-    except hub.HfHubHTTPError as e:
-        raise ValueError(f"The Hugging Face hub refused {name!r}: {e}") from None
-    except Exception:  # connection refused, DNS failure, timeout: all mean the hub is out of reach
-        raise ValueError(_offline_message(name)) from None
-    sizes = {s.rfilename: s.size or 0 for s in info.siblings or []}
-    if named is not None and named not in sizes:
-        raise ValueError(f"The hub model {repo!r} has no file {named!r}.")
-    single = Path(named) if named is not None else _gguf_in(Path(), f"the hub model {repo!r}", list(sizes), repo)
-    if single is not None:  # the file is checked again, dequantised, once downloaded
-        _check_size(sizes[single.name], name)
-        weights = [single.name]
-    else:
-        weights, _ = _weight_files(sizes, f"the hub model {name!r}")
-        _check_size(sum(sizes[w] for w in weights), name)
-    try:
-        folder = Path(snapshot_download(repo, allow_patterns=META_FILES + weights,
-                                        etag_timeout=settings.hub_timeout()))
-    except Exception as e:
-        raise ValueError(f"Downloading {name!r} from the Hugging Face hub failed: {e}") from None
-    return folder / single.name if single is not None else folder
-
-
-def _read_config(folder: Path):
-    """(config, kind) of the model in ``folder``; refuses folders that are not models or need custom code."""
-    from transformers import AutoConfig
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-
-    if not (folder / "config.json").is_file():
-        raise ValueError(f"The folder {folder} has no config.json, so it is not a Hugging Face model folder.")
-    for file in ("config.json", "tokenizer_config.json"):
-        if not (folder / file).is_file():
-            continue
-        try:
-            raw = json.loads((folder / file).read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{file} in {folder} is not valid JSON: {e}") from None
-        except RecursionError:  # json.loads recurses once per nesting level
-            raise ValueError(f"{file} in {folder} nests its JSON too deeply to be a model's settings.") from None
-        if not isinstance(raw, dict):
-            raise ValueError(f"{file} in {folder} is not a JSON object of settings ({{\"model_type\": …}}), "
-                             "so it is not a Hugging Face model's.")
-        if "auto_map" in raw:
-            raise ValueError(
-                f"The model in {folder} needs its own Python code ({file} has an 'auto_map'); "
-                "attnviz never runs code that comes with a model."
-            )
-    model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
-    if model_type not in CONFIG_MAPPING_NAMES:
-        raise ValueError(
-            f"Model type {model_type!r} in {folder} is unknown to transformers: it needs custom code "
-            "(which attnviz never runs) or a newer transformers."
-        )
-    config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
-    return config, _kind(config)
-
-
-def _kind(config) -> str:
-    """"encoder", "decoder" or "encoder-decoder": how a model of ``config`` loads and runs."""
-    from transformers.models.auto import modeling_auto as auto
-
-    # BERT-like types have causal-LM heads too; a type with a masked-LM head is an encoder unless told otherwise.
-    causal = config.model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    masked = config.model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
-    if getattr(config, "is_encoder_decoder", False):
-        return "encoder-decoder"
-    return "decoder" if getattr(config, "is_decoder", False) or (causal and not masked) else "encoder"
-
-
-def _weight_files(files, where: str) -> tuple[list[str], bool]:
-    """(weight files, are they safetensors) among ``files``; pickle only with ATTNVIZ_ALLOW_PICKLE=1."""
-    top = [f for f in files if "/" not in f and f.startswith("model")]
-    safe = sorted(f for f in top if f.endswith(".safetensors"))
-    if safe:
-        return safe, True
-    pickled = sorted(f for f in files if "/" not in f and f.startswith("pytorch_model") and f.endswith(".bin"))
-    if pickled and settings.allow_pickle():
-        return pickled, False
-    if pickled:
-        raise ValueError(
-            f"{where} has only a pickle checkpoint ({pickled[0]}), which can run code when loaded. Convert it to "
-            "safetensors, or set ATTNVIZ_ALLOW_PICKLE=1 if you trust where it came from."
-        )
-    raise ValueError(f"{where} has no model weights (model.safetensors).")
-
-
-def _check_size(nbytes: int, name: str, how: str = "") -> None:
-    limit = settings.max_model_mb()
-    if nbytes > limit * 2**20:
-        raise ValueError(
-            f"The weights of {name!r}{how} are {nbytes / 2**20:,.0f} MB, over the limit of {limit:,.0f} MB "
-            "(raise it with ATTNVIZ_MAX_MODEL_MB)."
-        )
-
-
-def _check_safetensors(folder: Path, weights: list[str]) -> None:
-    """Read each file's header, so a damaged file gets a plain message rather than a loader traceback."""
-    from safetensors import SafetensorError, safe_open
-
-    for w in weights:
-        try:
-            with safe_open(folder / w, "pt"):
-                pass
-        except (SafetensorError, OSError) as e:
-            raise ValueError(f"The weights file {folder / w} is damaged (truncated or not safetensors): {e}") from None
-
-
-AUTO = {"encoder": "AutoModel", "decoder": "AutoModelForCausalLM", "encoder-decoder": "AutoModelForSeq2SeqLM"}
 
 
 def _model_class(config, kind: str):
@@ -415,22 +210,6 @@ def _before_projection(net):
         handle.remove()
 
 
-def refusal(model_type: str, reason: str) -> str:
-    """The one form of "this model cannot be traced exactly": the family, then the reason in words."""
-    return f"attnviz cannot trace {model_type} models exactly: {reason}."
-
-
-def _gap(captured, eager) -> float:
-    """The largest difference between two traces' weights over every stack (inf where their shapes differ)."""
-    gaps = []
-    for name, side in stacks(eager).items():
-        mine = stacks(captured).get(name)
-        if mine is None or mine.weights.shape != side.weights.shape:
-            return float("inf")
-        gaps.append(float(np.abs(mine.weights.dense() - side.weights.dense()).max()))
-    return max(gaps)
-
-
 def causal_leak(weights) -> str:
     """Empty when no query of a causal stack can see a later key; else what lets it."""
     if isinstance(weights, DenseWeights):
@@ -534,7 +313,7 @@ class HFModel(TorchBackend):
                 raise
             raise ValueError(refusal(self.model_type, f"its forward fails on a plain text ({_cause(e)})")) from None
         if captured is not None:
-            gap = _gap(captured, eager)
+            gap = check_gap(captured, eager)
             if gap <= TOLERANCE[self.net.dtype]:
                 self._use("interface")
                 return captured
@@ -786,38 +565,13 @@ class HFModel(TorchBackend):
         return Encoded(ids, tokens, special, words, 0)
 
 
-CHECK_TEXT = ("The quick brown fox jumps over the lazy dog; then the dog, waking slowly, chases the fox around "
-              "the old red barn and back.")
-CHECK_TARGET = "A fox runs from a dog around the barn."
-
-
-@dataclass(frozen=True)
-class Check:
-    """One model's row of the support matrix: how attnviz traces it and how far that is from eager attention."""
-
-    family: str
-    path: str  # "interface", "eager" (a visible fallback) or "refused"
-    gap: float | None  # the largest difference from the model's own eager weights, over every head
-    dtype: str
-    reason: str = ""  # a refusal's message
-
-    @property
-    def exact(self) -> bool:
-        return self.path == "refused" or (self.gap is not None and self.gap <= TOLERANCE[getattr(torch, self.dtype)])
-
-    def row(self) -> str:
-        gap = "—" if self.gap is None else f"{self.gap:.1e}"
-        return f"| {self.family} | {self.path} | {self.dtype} | {gap} | {self.reason} |"
-
-
 def check(name: str, text: str = CHECK_TEXT, target: str = CHECK_TARGET) -> Check:
-    """Trace ``name`` as a user would and compare every head with the same folder loaded eager, outputs on."""
-    import transformers as tf
-
-    folder = _locate(name)
+    """Trace ``name`` as a user would and compare every head with the same weights loaded eager (``models --check``):
+    its support-matrix row."""
+    source = locate(name)
     try:
-        family = (gguf.read(folder).architecture if folder.is_file() else
-                  json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type", "?"))
+        family = (gguf.read(source).architecture if source.is_file() else
+                  json.loads((source / "config.json").read_text(encoding="utf-8")).get("model_type", "?"))
     except (OSError, ValueError):
         family = "?"
     try:
@@ -825,33 +579,4 @@ def check(name: str, text: str = CHECK_TEXT, target: str = CHECK_TARGET) -> Chec
         trace = backend.trace(text, target)
     except ValueError as e:
         return Check(family, "refused", None, "", str(e))
-    dtype = str(backend.net.dtype).removeprefix("torch.")
-    if folder.is_file():  # a GGUF file: the same dequantised weights in the model's own class, run eager
-        ref = type(backend.net)(copy.deepcopy(backend.net.config))  # its own config: the switch below is the config's
-        ref.load_state_dict(backend.net.state_dict())
-        ref.set_attn_implementation("eager")
-        ref = ref.to(backend.net.dtype).eval()
-    else:
-        ref = getattr(tf, AUTO[backend.kind]).from_pretrained(folder, attn_implementation="eager",
-                                                                dtype=backend.net.dtype, use_safetensors=True,
-                                                                trust_remote_code=False).eval()
-    ids = encode(backend.tokenizer, text, backend.max_tokens).ids
-    inputs = dict(input_ids=torch.tensor([ids]))  # (1, T)
-    if backend.kind == "encoder-decoder":
-        tgt = [backend.start_id, *encode(backend.tokenizer, target, backend.max_tokens - 1).ids]
-        inputs["decoder_input_ids"] = torch.tensor([tgt])  # (1, Tt)
-    with torch.inference_mode():
-        extra = {} if backend.kind == "encoder" else {"use_cache": False}
-        out = ref(**inputs, **extra, output_attentions=True)
-    if backend.kind == "encoder-decoder":
-        want = {side: out.get(f"{side}_attentions") for side in ("encoder", "decoder", "cross")}
-    else:
-        want = {"self": out.get("attentions")}
-    gaps = []
-    for side, got in stacks(trace).items():
-        mine = got.weights.dense()
-        ref_w = want.get(side)
-        if not ref_w or any(a is None for a in ref_w) or stacked(ref_w).shape != mine.shape:
-            return Check(family, trace.capture, None, dtype, f"no eager {side} weights of the same shape to compare")
-        gaps.append(float(np.abs(mine - stacked(ref_w)).max()))
-    return Check(family, trace.capture, max(gaps), dtype)
+    return against_eager(backend, trace, source, family, text, target)
