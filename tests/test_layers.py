@@ -1,5 +1,6 @@
 """attnviz's folders run one way: every import (function-level ones included) points down the layers, none
-forms a circle, and only Streamlit's own layer imports Streamlit.
+forms a circle, and only Streamlit's own layer imports Streamlit; models are kept in one cache, the library's
+(``attnviz.backends.load``), never in a second one that a decorator hides.
 
 The order, lowest first, is the one shared/ARCHITECTURE.md draws; a module may import its own folder and any
 folder below it. Read from the source with ``ast``, so an import hidden inside a function counts.
@@ -142,3 +143,58 @@ def test_the_walk_sees_function_level_imports(tmp_path):
         assert (probe.stat().st_size and [t for _, t in imports(probe)] == ["attnviz.ui.frame"])
     finally:
         probe.unlink()
+
+
+# The one cache of models is attnviz.backends' (``load``); a caching decorator over a function that returns a loaded
+# model (lru_cache, functools.cache, st.cache_resource or st.cache_data) would be a second copy, with its own bound.
+CACHES = {"lru_cache", "cache", "cache_resource", "cache_data"}
+LOADERS = {"open_model", "load", "load_hf", "get_model", "resolve", "offered", "from_pretrained", "load_smollm2",
+           "LensBackend", "_open"}
+APP = [ROOT / "app.py", *sorted((ROOT / "pages").glob("*.py"))]
+
+
+def _name(node) -> str:
+    node = node.func if isinstance(node, ast.Call) else node
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+
+
+def cached_loaders(path: Path) -> list[str]:
+    """``path:line name`` of every function a caching decorator wraps that returns a model a loader gave."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if not any(_name(d) in CACHES for d in node.decorator_list):
+            continue
+        loaded = {t.id for n in ast.walk(node) if isinstance(n, ast.Assign) and _name(n.value) in LOADERS
+                  for t in n.targets if isinstance(t, ast.Name)}
+        if any(isinstance(n, ast.Return) and n.value is not None
+               and (_name(n.value) in LOADERS and isinstance(n.value, ast.Call) or _name(n.value) in loaded)
+               for n in ast.walk(node)):
+            found.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{node.lineno} {node.name}")
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES + APP, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_second_cache_of_models(path):
+    assert not cached_loaders(path), f"a second cache of models (use attnviz.backends.load): {cached_loaders(path)}"
+
+
+def test_the_one_cache_of_models_is_the_librarys():
+    """The app's loader is the library's cache: the same object for a key, however the key is spelled."""
+    import attnviz
+    from attnviz.ui.frame import get_model
+
+    assert get_model(" builtin:seed ") is attnviz.load("builtin:seed") is get_model("builtin:seed")
+
+
+def test_the_cache_check_can_fail(tmp_path):
+    """A model loader under lru_cache or st.cache_resource is found, directly or through a name; a cached trace is
+    not a cached model."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import functools\nimport streamlit as st\n"
+        "@functools.lru_cache(maxsize=4)\ndef a(key):\n    return open_model(key)\n"
+        "@st.cache_resource(max_entries=4)\ndef b(key):\n    model = backends.load(key)\n    return model\n"
+        "@st.cache_resource\ndef c(key, text):\n    trace = get_model(key).trace(text)\n    return trace\n")
+    assert [line.split()[-1] for line in cached_loaders(probe)] == ["a", "b"]
