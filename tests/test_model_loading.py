@@ -1,4 +1,5 @@
-"""Model loading: one key per model (whitespace normalised), and one slow load does not stall the others."""
+"""Model loading: one key per model (whitespace normalised), one cache of models bounded by entries, and one slow
+load does not stall the others."""
 
 import json
 import subprocess
@@ -23,6 +24,41 @@ def test_padded_key_shares_the_apps_cached_model():
     seed = get_model("builtin:seed")
     assert get_model(" builtin:seed\n") is seed and get_model("\tbuiltin:seed") is seed
     assert seed.key == "builtin:seed"
+
+
+# A fresh interpreter: the cache starts empty, so what it keeps and drops is this test's alone.
+ONE_CACHE = textwrap.dedent("""
+    import json, threading
+
+    import attnviz
+    from attnviz import backends
+    from attnviz.ui.frame import get_model
+
+    together = []
+    threads = [threading.Thread(target=lambda: together.append(attnviz.load(" builtin:lm"))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    keys = ["builtin:seed", "builtin:minilm", "builtin:classifier", "builtin:translator"]
+    first = {k: get_model(k) for k in keys}  # the app's loader: the library's cache
+    kept = {k: attnviz.load(k) is first[k] for k in keys}
+    lm_again = attnviz.load("builtin:lm")  # the least recently used of five: dropped, loaded anew
+    print(json.dumps({"together": len({id(b) for b in together}), "kept": kept, "lm_reloaded": lm_again not in together,
+                      "models": backends.MODELS, "held": list(backends._models)}))
+""")
+
+
+def test_one_cache_of_models_loads_a_key_once_and_keeps_the_last_four():
+    """Three threads asking for one key at once get one model; the app's loader and the library share the cache;
+    a fifth model drops the least recently used."""
+    done = subprocess.run([sys.executable, "-c", ONE_CACHE], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["together"] == 1, out
+    assert all(out["kept"].values()) and out["models"] == 4, out
+    assert out["lm_reloaded"] and out["held"] == ["builtin:minilm", "builtin:classifier", "builtin:translator",
+                                                  "builtin:lm"], out
 
 
 # A fresh interpreter (transformers not yet imported, so the import lock is exercised too) with a hub on
