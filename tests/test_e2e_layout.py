@@ -202,3 +202,64 @@ def test_a_head_clicked_on_roles_opens_on_the_attention_page_and_in_its_address(
             page.get_by_test_id("stSidebarNav").get_by_role("link", name="Roles").click()
     finally:
         context.close()
+
+
+# Each chart's plotly toolbar, its first title line and Streamlit's own toolbar (full screen), while the pointer is
+# on the chart (the toolbars show then): boxes in pixels, [left, top, right, bottom].
+TOOLBARS = """(key) => {
+  const box = el => { if (!el) return null; const r = el.getBoundingClientRect();
+                      return r.width > 0 ? [r.left, r.top, r.right, r.bottom] : null; };
+  const chart = document.querySelector('.st-key-' + key), gd = chart.querySelector('.js-plotly-plot');
+  const line = gd.querySelector('.gtitle tspan.line') || gd.querySelector('.gtitle');
+  const buttons = [...gd.querySelectorAll('.modebar-btn')].map(box).filter(Boolean);
+  return {modebar: box(gd.querySelector('.modebar')), title: box(line), buttons,
+          streamlit: box(chart.querySelector('[data-testid="stElementToolbar"]')),
+          seen: getComputedStyle(gd.querySelector('.modebar')).opacity,
+          reach: Math.max(window.innerWidth, chart.getBoundingClientRect().left + chart.scrollWidth)};
+}"""
+
+
+def meets(a, b) -> bool:
+    return min(a[2], b[2]) - max(a[0], b[0]) > 0.5 and min(a[3], b[3]) - max(a[1], b[1]) > 0.5
+
+
+# On a phone the toolbar needs display.MODEBAR_CSS on the page: ui.frame (another engineer's file) is to add it to
+# LAYOUT_CSS. Strict: once it does, this passes and the mark must go.
+PENDING = pytest.mark.xfail(strict=True, reason="ui.frame.LAYOUT_CSS does not carry display.MODEBAR_CSS yet")
+
+
+@pytest.mark.parametrize("width", (pytest.param(390, marks=PENDING), 1280))
+def test_a_charts_toolbar_covers_no_title_and_stays_in_reach(browser, app_url, width):
+    """While the pointer is on a chart its toolbar shows: at 390 px it sits in a strip above the chart (it covered
+    the first line of a long title), clear of Streamlit's own toolbar; every button within reach (inside the
+    window, or the box a head grid scrolls sideways in)."""
+    problems, seen = [], 0
+    for name in ("home", "attention", "norms", "analysis"):
+        context, page = open_page(browser, app_url + PAGES[name], width)
+        try:
+            keys = page.evaluate("""() => [...document.querySelectorAll('.stPlotlyChart')].map(c =>
+                [...c.closest('[class*="st-key-"]').classList].find(k => k.startsWith('st-key-')).slice(7))""")
+            for key in keys:
+                chart = page.locator(f".st-key-{key} .js-plotly-plot")
+                chart.scroll_into_view_if_needed()
+                chart.hover(position={"x": 5, "y": 5})
+                page.wait_for_timeout(300)
+                found = page.evaluate(TOOLBARS, key)
+                if not found["title"]:
+                    continue
+                seen += 1
+                bar, title = found["modebar"], found["title"]
+                if float(found["seen"]) < 0.5:
+                    problems.append(f"{name}@{width}: {key}'s toolbar does not show on hover")
+                if meets(bar, title):
+                    problems.append(f"{name}@{width}: {key}'s toolbar {bar} covers its title {title}")
+                if found["streamlit"] and meets(bar, found["streamlit"]):
+                    problems.append(f"{name}@{width}: {key}'s toolbar {bar} under Streamlit's {found['streamlit']}")
+                if not found["buttons"] or any(b[0] < 0 or b[2] > found["reach"] + 0.5 for b in found["buttons"]):
+                    problems.append(f"{name}@{width}: {key}'s toolbar buttons out of reach {found['buttons']}")
+            if width == 390:
+                shot(page, f"toolbar_{name}")
+        finally:
+            context.close()
+    assert seen >= 6, seen
+    assert not problems, "\n".join(problems)

@@ -1,5 +1,6 @@
-"""The sidebar's display options, the same on every page that draws a head's weights (Home, Attention), and the
-token window of the pages that draw a text's weights cell by cell beside other figures (Norms, Compare)."""
+"""The sidebar's display options, the same on every page that draws a head's weights (Home, Attention), the
+token window of the pages that draw a text's weights cell by cell beside other figures (Norms, Compare), and where
+every chart's toolbar sits on a phone (MODEBAR_CSS)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,18 @@ import streamlit as st
 from attnviz.figures.long import CELLS
 from attnviz.figures.view import Options
 from attnviz.ui.share import linked_number
+
+# Plotly draws its toolbar (the modebar: save as image, zoom, pan, …) over the top right corner of a chart while the
+# pointer is on it (on a phone, after a tap), and a phone-wide chart's title runs under it. Up to PHONE the toolbar
+# sits in a strip of its own above the chart instead (Streamlit's own toolbar, full screen, sits above that), so
+# the title stays whole and every button within reach. Every page's CSS (ui.frame.LAYOUT_CSS) carries it.
+PHONE = 640  # px of window width
+MODEBAR_STRIP = 30  # px: the toolbar's height (plotly's buttons are 22 px with 4 px of padding about them)
+MODEBAR_CSS = (
+    f"@media (max-width: {PHONE}px) {{"
+    f" .stPlotlyChart {{ padding-top: {MODEBAR_STRIP}px; }}"
+    f" .stPlotlyChart .modebar-container {{ top: -{MODEBAR_STRIP}px !important; }} }}"
+)
 
 
 def display_options() -> tuple[Options, bool]:
