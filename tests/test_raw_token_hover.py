@@ -93,10 +93,11 @@ def test_bars_and_token_maps_carry_the_raw_token_in_their_hover(raw):
     }.items():
         bar = spec(fig)["data"][0]
         assert bar["customdata"][cat] == "cat · token Ġcat" and "%{customdata}" in bar["hovertemplate"], name
-    for name, fig in {"statistic": norms.stat_heatmap(np.ones((2, T)), shown),
-                      "change": interventions.change_map(np.ones((2, T)), shown, "t")}.items():
-        heat = spec(fig)["data"][0]
-        assert heat["customdata"][1][cat] == "cat · token Ġcat" and "%{customdata}" in heat["hovertemplate"], name
+    change = spec(interventions.change_map(np.ones((2, T)), shown, "t"))["data"][0]
+    assert change["customdata"][1][cat] == "cat · token Ġcat" and "%{customdata}" in change["hovertemplate"]
+    statistic = spec(norms.stat_heatmap(np.ones((2, T)), shown))["data"][0]  # the label, then its raw token
+    assert statistic["customdata"][1][cat] + statistic["text"][1][cat] == "cat · token Ġcat"
+    assert "%{customdata}%{text}" in statistic["hovertemplate"]
     # The top-k bars get the tokenizer's raw tokens: they label them cleaned, the raw one in the hover.
     fig = spec(interventions.top_k_bars(["Ġcat", "Ċ"], [0.6, 0.4], ["Ċ", "Ġcat"], [0.7, 0.3], "t"))
     assert fig["layout"]["yaxis"]["ticktext"] == ["cat", "↵"]

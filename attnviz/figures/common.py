@@ -59,10 +59,15 @@ def token_note(token: str) -> str:
     return "" if clean(token) == token else f" · token {token}"
 
 
+def raw_notes(labels) -> list[str]:
+    """Escaped " · token Ġthe" for each label cleaned from a raw token, "" for one that reads as its token."""
+    return [html.escape("" if _raw(s) is None else f" · token {_raw(s)}", quote=False) for s in labels]
+
+
 def hover_names(labels) -> list[str]:
     """Escaped labels for a hover, each with the raw token it was cleaned from beside it where the two differ:
     "the · token Ġthe", "↵ · token Ċ"."""
-    return [html.escape(str(s) if _raw(s) is None else f"{s} · token {_raw(s)}", quote=False) for s in labels]
+    return [name + note for name, note in zip(safe(labels), raw_notes(labels))]
 
 
 def cell_tokens(y_labels, x_labels, y_title: str = "query", x_title: str = "key") -> tuple[dict, str]:

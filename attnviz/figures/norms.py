@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import cell_tokens, hover_names, safe, token_grid_layout
+from .common import cell_tokens, raw_notes, safe, token_grid_layout
 
 MAX_TICKS = 60  # more token labels than this overlap: the axis keeps numbers and hover names the token
 
@@ -20,9 +20,10 @@ def stat_heatmap(values: np.ndarray, token_labels, title: str = "", share: bool 
     labelled = dict(tickvals=list(range(T)), ticktext=names) if T <= MAX_TICKS else {}
     return go.Figure(
         go.Heatmap(
-            z=values, x=np.arange(T), y=np.arange(L), customdata=np.tile(np.array(hover_names(token_labels), dtype=object), (L, 1)),
+            z=values, x=np.arange(T), y=np.arange(L), customdata=np.tile(np.array(names, dtype=object), (L, 1)),
+            text=np.tile(np.array(raw_notes(token_labels), dtype=object), (L, 1)),  # the raw tokens
             colorscale="Viridis", zmin=0.0 if share else None, zmax=1.0 if share else None,
-            hovertemplate="layer %{y}<br>token %{x}: %{customdata}<br>%{z:.4g}<extra></extra>",
+            hovertemplate="layer %{y}<br>token %{x}: %{customdata}%{text}<br>%{z:.4g}<extra></extra>",
         ),
         layout=dict(
             title=title,
