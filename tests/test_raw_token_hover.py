@@ -59,17 +59,17 @@ def test_heatmaps_name_each_cells_raw_tokens_and_label_it_cleaned(raw):
     for name, fig in figures.items():
         heat = spec(fig)["data"][0]
         assert heat["x"] == heat["y"] == [s.replace("<", "&lt;").replace(">", "&gt;") for s in shown], name
-        assert "%{text}" in heat["hovertemplate"], name
-        assert heat["text"][newline][cat] == "query token Ċ · key token Ġcat", name
+        assert "<br>raw query → key: %{text}" in heat["hovertemplate"], name
+        assert heat["text"][newline][cat] == "Ċ → Ġcat", name
     relevance = spec(analysis.relevance_map(np.ones((2, T)), shown, "t"))["data"][0]
-    assert relevance["text"][1][cat].endswith("input token Ġcat") and "%{text}" in relevance["hovertemplate"]
+    assert relevance["text"][1][cat] == " · token Ġcat" and "token %{x}%{text}" in relevance["hovertemplate"]
     window = spec(long.window_heatmap(w, 0, raw, "t"))["data"][0]
-    assert window["text"][newline][cat] == "query token Ċ · key token Ġcat" and "%{text}" in window["hovertemplate"]
+    assert window["text"][newline][cat] == "Ċ → Ġcat" and "%{text}" in window["hovertemplate"]
     assert all("Ġ" not in t and "Ċ" not in t for t in spec(long.window_heatmap(w, 0, raw, "t"))["layout"]["yaxis"]
                ["ticktext"])
     # Points that take clicks on the cells carry the same words, query-major as the points are.
     points = spec(interventions.clickable_cells(weights_heatmap(w, shown, shown), shown, shown))["data"][1]
-    assert points["text"][newline * T + cat] == "query token Ċ · key token Ġcat"
+    assert points["text"][newline * T + cat] == "Ċ → Ġcat"
     assert "%{text}" in points["hovertemplate"]
 
 
@@ -121,5 +121,5 @@ def test_the_attention_page_hovers_the_raw_tokens(tiny_model):
     detail = next(spec for k, spec in charts(at).items() if k.startswith("detail"))["data"][0]
     assert "cat" in detail["x"] and not any("Ġ" in x or "Ċ" in x for x in detail["x"])
     text = np.array(detail["text"])
-    assert any("key token Ġcat" in t for t in text[-1]) and any("query token Ċ" in row[0] for row in text)
-    assert "%{text}" in detail["hovertemplate"] and clean("Ġcat") == "cat"
+    assert any(t.endswith("→ Ġcat") for t in text[-1]) and any(row[0].startswith("Ċ →") for row in text)
+    assert "raw query → key: %{text}" in detail["hovertemplate"] and clean("Ġcat") == "cat"

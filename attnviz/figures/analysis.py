@@ -7,7 +7,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import (NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, cell_tokens, head_points, safe, token_grid_layout,
+from .common import (NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, cell_tokens, head_points, raw_notes, safe, token_grid_layout,
                      token_note, top_title)
 
 DIVERGING = "RdBu_r"  # signed values: blue below zero, red above, white at zero
@@ -61,12 +61,11 @@ def relevance_map(relevance: np.ndarray, labels, title: str, value_name: str = "
         raise ValueError(f"relevance has {T} tokens but there are {len(labels)} labels")
     names = safe(labels)
     title, top = top_title(html.escape(title, quote=False), names)
-    raw, line = cell_tokens(range(L), labels, "layer", "input")
     return go.Figure(
         go.Heatmap(
             z=relevance, x=names, zmin=0.0, zmax=1.0, colorscale=PROB_SCALE, colorbar=dict(title=value_name),
-            hovertemplate=f"after layer %{{y}}<br>token %{{x}}<br>{value_name} %{{z:.4f}}{line}<extra></extra>",
-            **raw,
+            text=np.tile(np.array(raw_notes(labels), dtype=object), (L, 1)),  # the raw tokens
+            hovertemplate=f"after layer %{{y}}<br>token %{{x}}%{{text}}<br>{value_name} %{{z:.4f}}<extra></extra>",
         ),
         layout=dict(
             title=title,

@@ -42,8 +42,8 @@ def safe(labels) -> list[str]:
     return [html.escape(str(s), quote=False) for s in labels]
 
 
-# A heatmap's hover names each cell's raw query and key tokens as text of its own, one string a cell: up to this
-# many cells, so the figure's payload stays about that of its weights.
+# A heatmap's hover names each cell's raw query and key tokens as text of its own, one string a cell, which weighs
+# more than the cell's weight: up to this many cells only (bench/RESULTS.md has the payloads).
 RAW_CELLS = 64 * 64
 
 
@@ -78,8 +78,8 @@ def cell_tokens(y_labels, x_labels, y_title: str = "query", x_title: str = "key"
         return {}, ""
     rows = [html.escape(str(s) if r is None else r, quote=False) for s, r in zip(y_labels, rows)]
     columns = [html.escape(str(s) if r is None else r, quote=False) for s, r in zip(x_labels, columns)]
-    text = [[f"{y_title} token {r} · {x_title} token {c}" for c in columns] for r in rows]  # (rows, columns)
-    return dict(text=text), "<br>%{text}"
+    text = [[f"{r} → {c}" for c in columns] for r in rows]  # (rows, columns)
+    return dict(text=text), f"<br>raw {y_title} → {x_title}: %{{text}}"
 
 
 # Plotly's line break, spelled unlike a plain "<br>" so our own breaks are told apart from user text that

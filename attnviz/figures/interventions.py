@@ -49,8 +49,8 @@ def clickable_cells(fig: go.Figure, q_labels, k_labels) -> go.Figure:
     ys, xs = np.asarray(safe(q_labels), object), np.asarray(safe(k_labels), object)
     raw, line = cell_tokens(q_labels, k_labels)
     more = dict(text=np.asarray(raw["text"], object).ravel()) if raw else {}  # (Tq·Tk,) query-major, as the points
-    fig.add_trace(click_points(xs[k], ys[q], f"query %{{y}}<br>key %{{x}}{line}<br>click to knock it out<extra></extra>",
-                               **more))
+    hover = f"query %{{y}}<br>key %{{x}}{line}<br>click to knock it out<extra></extra>"
+    fig.add_trace(click_points(xs[k], ys[q], hover, **more))
     fig.update_layout(dragmode=False, hovermode="closest")
     return fig
 
