@@ -221,8 +221,9 @@ def long_trace(key: str, text: str, limit: int, chat: bool = False):
         stopped = _STOPPED.pop(k, None)
     kept = stopped.layers if stopped is not None and stopped.model is model else []
     L = model.n_layers
-    bar = _Bar("Running the model and reading all its heads…" if not kept else
-               f"Running the model and reading the heads of its last {L - len(kept)} layers…", "forward", L)
+    rest = "all its heads" if not kept else "the heads of its last " + (
+        "layer" if L - len(kept) == 1 else f"{L - len(kept)} layers")
+    bar = _Bar(f"Running the model and reading {rest}…", "forward", L)
     tiles = _tiles(model, n)
     reducer = Reducer(DETAIL, L, bar, tiles, (FOCUS,), kept)
     try:
