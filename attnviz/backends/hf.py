@@ -37,7 +37,6 @@ from .hub import AUTO, admit_config, admit_folder, admit_gguf, kind_of, locate, 
 from .trained import ENCODER_DECODER_ABLATION
 
 log = logging.getLogger("attnviz")
-_locate = locate  # this round only: tests/test_gguf_hub.py reads it here (hub.locate is the function)
 
 
 # Families whose learned positions start after the padding index (RoBERTa's offset of pad_token_id + 1).
