@@ -223,12 +223,7 @@ def meets(a, b) -> bool:
     return min(a[2], b[2]) - max(a[0], b[0]) > 0.5 and min(a[3], b[3]) - max(a[1], b[1]) > 0.5
 
 
-# On a phone the toolbar needs display.MODEBAR_CSS on the page: ui.frame (another engineer's file) is to add it to
-# LAYOUT_CSS. Strict: once it does, this passes and the mark must go.
-PENDING = pytest.mark.xfail(strict=True, reason="ui.frame.LAYOUT_CSS does not carry display.MODEBAR_CSS yet")
-
-
-@pytest.mark.parametrize("width", (pytest.param(390, marks=PENDING), 1280))
+@pytest.mark.parametrize("width", (390, 1280))
 def test_a_charts_toolbar_covers_no_title_and_stays_in_reach(browser, app_url, width):
     """While the pointer is on a chart its toolbar shows: at 390 px it sits in a strip above the chart (it covered
     the first line of a long title), clear of Streamlit's own toolbar; every button within reach (inside the

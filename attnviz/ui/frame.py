@@ -23,6 +23,7 @@ from attnviz.backends.packaged import first_load_note
 from attnviz.backends.common import chat_kw, check_text
 from attnviz.data.samples import ALL_SAMPLES, samples_for
 from attnviz.ui import collect, heads, jobs, share, uploads
+from attnviz.ui.display import MODEBAR_CSS
 from attnviz.ui.readable import unknown_note
 from attnviz.ui.share import plain
 
@@ -48,6 +49,7 @@ LAYOUT_CSS = (
     + ".stMainBlockContainer { padding-top: 3rem; }"
     ".stMainBlockContainer h1 { font-size: 2.25rem; padding: 0.5rem 0; }"
     ".stMainBlockContainer h2 { font-size: 1.75rem; padding: 0.5rem 0 0.25rem; }"
+    + MODEBAR_CSS  # a phone's chart toolbar in a strip above the chart, clear of its title
 )
 # A page whose forward runs for seconds (a tracer with its own progress: the Attention page's long trace, which puts
 # STILL_CSS on the page before it starts) moves nothing on the page
