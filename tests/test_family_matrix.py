@@ -4,7 +4,7 @@ eager fallback (every head within the dtype's tolerance of the same folder loade
 before tracing in words that name the family and the reason. The path each type takes is pinned in
 family_paths.json, so a capture that breaks (a mask recipe dropped) turns its families red, not silently eager.
 
-The run writes the matrix as a markdown table to tests/screenshots/family_matrix.md (README's Models section).
+The run writes the matrix as a markdown table to tests/screenshots/family_matrix.md (docs/models.md).
 Set ATTNVIZ_MATRIX_WRITE=1 to rewrite family_paths.json after a transformers upgrade, then read the diff.
 """
 

@@ -132,7 +132,7 @@ def load(tiny_model):
 
 
 def table(run) -> str:
-    """The results as the README shows them."""
+    """The results as the docs show them."""
     lat = sorted(run["latency"])
     p50, p95 = (statistics.quantiles(lat, n=100)[q] * 1000 for q in (49, 94)) if len(lat) > 1 else (0, 0)
     rss = run["rss"]

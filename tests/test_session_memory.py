@@ -24,7 +24,7 @@ from test_load import WORDS, rss_mb
 SESSIONS = 60
 AT_ONCE = 4
 BUDGET_S = float(os.environ.get("MEMORY_BUDGET_S", 300))
-VIEWS_MB = 256  # the default ATTNVIZ_MAX_VIEWS_MB, as the README states it
+VIEWS_MB = 256  # the default ATTNVIZ_MAX_VIEWS_MB, as docs/settings.md states it
 TEXTS = [" ".join(random.Random(i).choice(WORDS) for _ in range(250)) + "." for i in range(2)]  # 253 tokens: cells
 
 

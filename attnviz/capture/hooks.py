@@ -168,7 +168,7 @@ class NormRecorder:
             x = _rows(args[0] if args else next(iter(kwargs.values())))  # (T, D) the norm's input
             mean = x.mean(-1)  # (T,)
             self.seen[(s, i, f"{prefix}_in_mean")] = mean.cpu()
-            # Biased, as layer norm's; squared in place (a second 8 MB a 4,096-token layer; var_mean and .std: slower)
+            # Biased, as layer norm's; squared in place (no second (T, D) buffer; var_mean and .std: slower)
             self.seen[(s, i, f"{prefix}_in_std")] = (x - mean[:, None]).square_().mean(-1).sqrt().cpu()
             self.seen[(s, i, f"{prefix}_out")] = _rows(output).norm(dim=-1).cpu()
 
@@ -221,7 +221,7 @@ def head_value_norms(v, w_o):
     ‖v W‖² = v (W Wᵀ) vᵀ: a Dh×Dh Gram matrix per head instead of widening every value to D.
     """
     gram = w_o @ w_o.transpose(-2, -1)  # (H, Dh, Dh)
-    return (v @ gram).mul_(v).sum(-1).clamp(min=0).sqrt()  # (..., H, T); in place: 7.0 → 4.2 ms a 4,096-token layer
+    return (v @ gram).mul_(v).sum(-1).clamp(min=0).sqrt()  # (..., H, T); in place: no second buffer
 
 
 @contextmanager

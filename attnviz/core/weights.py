@@ -30,8 +30,7 @@ def soft_capped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
 
 def softmax_into(scores: torch.Tensor, out: torch.Tensor) -> None:
     """The softmax of ``scores`` over its last axis, written into ``out``, which may be ``scores`` itself.
-    ``torch._softmax`` where it can: ``torch.softmax(out=)`` took ~35 µs more a call, 0.1 s over the 3,072 chunks a
-    4,096-token forward of builtin:seed reads (bench/RESULTS.md, round 17)."""
+    ``torch._softmax`` where it can: ``torch.softmax(out=)`` costs more a call, and a long forward makes thousands."""
     if out.is_contiguous():
         torch._softmax(scores, -1, False, out=out)
     else:  # _softmax writes a strided ``out`` as if it were contiguous
@@ -152,7 +151,7 @@ class LayerQK:
             q = (self.q[:, start:stop] if every else self.q[heads, start:stop]).float() * self.scaling  # (h, rows, Dh)
         if every and self.k.shape[0] == H:
             k = self.k[:, lo:hi]
-        elif len(heads) == 1:  # one head's keys: a view (copied per tile, 122 ms of a 0.8 s 16,384-token head)
+        elif len(heads) == 1:  # one head's keys: a view (copied per tile, a large share of one head's time)
             kh = int(self.key_heads(heads)[0])
             k = self.k[kh:kh + 1, lo:hi]
         else:
@@ -206,12 +205,12 @@ class LayerQK:
         H, Tq, Tk = self.shape
         dtype = v.dtype
         # Values are shared as the keys are: grouped-query values copied out per query head, others read as they
-        # come (an index copy of every head was 8 MB a layer of fresh memory at 4,096 tokens of builtin:seed).
+        # come (an index copy of every head is fresh memory every layer).
         if v.shape[0] != H:
             v = v[torch.arange(H) // (H // v.shape[0])]
         v = v.float()  # (H, Tk, Dv)
         # Each query's heads side by side in memory, as every caller lays them out next (builtin and Hugging Face
-        # models alike): their transpose is then a view, not a copy (5 ms a 4,096-token layer of builtin:seed).
+        # models alike): their transpose is then a view, not a copy.
         out = torch.empty(Tq, H, v.shape[-1]).transpose(0, 1)  # (H, Tq, Dv)
         rows = min(rows or rows_per_tile(H, Tk), Tq)
         heads = list(range(H))
@@ -222,8 +221,8 @@ class LayerQK:
         for a in range(0, Tq, rows):
             b = min(a + rows, Tq)
             w = self.weights(heads, a, b, None if tile is None else tile(b - a), scaled, visit, chunk)  # (H, rows, Tk)
-            # A product written straight into this strided slice (out=) took 3.3 ms a 4,096-key tile of 8 heads;
-            # a product into a contiguous buffer and its copy take 2.6 + 0.1 ms.
+            # A product into a contiguous buffer and its copy are faster than one written straight into this strided
+            # slice (out=).
             out[:, a:b] = torch.bmm(w, v, out=product[:, :b - a])  # (H, rows, Dv)
         return out.to(dtype)
 
