@@ -20,15 +20,13 @@ from ..core.tokens import clean, word_spans
 from ..capture.record import reducing
 from ..core.weights import Weights, block_counts, block_reduce, rows_per_tile
 
-# A forward's survey tiles hold this many TILE_FLOATS (64 MB of weights at 4 M): fewer, larger products, and with a
-# browser or another process on the same two cores each two-thread operation waits for its slower thread.
-# A 4,096-token forward of builtin:seed beside a busy process took 22 s with 4 M-float tiles, 13.6 s with 16 M
-# (bare forward 7.2 s); on a quiet machine, one thread, they cost the same (bench/long_page.py).
+# A forward's survey tiles hold this many TILE_FLOATS: fewer, larger products, since with a browser or another
+# process on the same cores each two-thread operation waits for its slower thread (on a quiet machine the sizes
+# cost the same: bench/long_page.py).
 SURVEY_TILES = 4
-# Its weights are made and surveyed a chunk of 1/CHUNKS TILE_FLOATS at a time (8 MB at 4 M): the softmax writes a
-# chunk and the survey's reductions read it again while it is still in the cache, where a whole tile's passes each
-# went back to memory (a 4,096-token layer of 8 heads: 0.43 s with the survey read per 64 MB tile, 0.33 s per 8 MB
-# chunk, 0.26 s for its attention alone; bench/RESULTS.md, round 13).
+# Its weights are made and surveyed a chunk of 1/CHUNKS TILE_FLOATS at a time: the softmax writes a chunk and the
+# survey's reductions read it again while it is still in the CPU's cache, where a whole tile's passes each went back
+# to memory.
 CHUNKS = 2
 SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the first token is flagged a sink
 
@@ -73,9 +71,8 @@ def _corner_rows(rows: int, T: int) -> int:
 class _Arena:
     """The memory a survey's tiles and their reductions are written into, made once per survey and reused by
     every layer and tile. The app holds glibc's mmap threshold at 64 KiB (``attnviz.ui.collect``), so every fresh
-    tensor above that is memory the kernel faults in page by page: fresh results per tile took ~1,400 faults a
-    tile, 390 k and ~1.3 s of system time over a 4,096-token forward of builtin:seed; buffers made per layer still
-    took ~0.3 s (the diagonal walk's zeroed corners alone 34 ms a layer). Each name holds one flat tensor, grown to
+    tensor above that is memory the kernel faults in page by page, and fresh results per tile (or even per layer)
+    spent much of a long forward in system time. Each name holds one flat tensor, grown to
     the largest shape asked for; a smaller shape (a shorter last tile) is a view of its first part, so the survey
     never holds more than its largest tile's buffers (what ``survey_tile`` counts)."""
 
@@ -101,7 +98,7 @@ class _Arena:
     def buffers(self, kind: type, *args):
         """``kind(*args, self)``, the views one step of the survey writes into, made again only when ``args`` change:
         chunk after chunk of one shape reuses them (their filled parts still filled: no other kind takes their
-        names). Making them every chunk was ~4,000 ``take`` calls over a 4,096-token forward, 65 ms."""
+        names), where making them every chunk meant thousands of calls a forward."""
         made = self._made.get(kind)
         if made is None or made[0] != args:
             made = self._made[kind] = (args, kind(*args, self))

@@ -44,8 +44,7 @@ LAYOUT_CSS = (
     + ", ".join(f'.stElementContainer[class*="st-key-{k}"]' for k in HEAD_GRIDS) + " { overflow-x: auto; }"
     + ", ".join(f'[class*="st-key-{k}"] [data-testid="stFullScreenFrame"]' for k in HEAD_GRIDS)
     + f" {{ min-width: {GRID_MIN}; }}"
-    # Less room above the page and its headings, so each page's first figure starts on a 1280×800 screen (Home's
-    # plot began at 566 px, Compare's at 724)
+    # Less room above the page and its headings, so each page's first figure starts on a 1280×800 screen
     + ".stMainBlockContainer { padding-top: 3rem; }"
     ".stMainBlockContainer h1 { font-size: 2.25rem; padding: 0.5rem 0; }"
     ".stMainBlockContainer h2 { font-size: 1.75rem; padding: 0.5rem 0 0.25rem; }"
@@ -54,16 +53,16 @@ LAYOUT_CSS = (
 # A page whose forward runs for seconds (a tracer with its own progress: the Attention page's long trace, which puts
 # STILL_CSS on the page before it starts) moves nothing on the page
 # while it runs: a browser on the server's machine (a laptop demo, the benchmarks) draws every change on the CPU the
-# model needs (bench/RESULTS.md, Long texts rounds 7 and 8).
+# model needs.
 BAR_KEY = "progress_bar"  # the key prefix of the containers a tracer draws its progress bars in (ui/long.py)
 STOPPED_KEY = "stopped"  # the key prefix of what a Stop leaves in their place (ui/long.py)
 _RUNNING = 'body:has([data-testid="stStatusWidgetRunningIcon"])'  # while the app runs a script
 STILL_CSS = (
-    # No CSS transitions (a 4,096-token submit: the stale fade, the bar's glides and the status widget's fade-in cost
-    # Chromium ~1.1 s of CPU and the page ~1.2 s). Stale elements still dim, in one step at Streamlit's 0.5 s.
+    # No CSS transitions (the stale fade, the bar's glides and the status widget's fade-in each cost the browser
+    # CPU on every change). Stale elements still dim, in one step at Streamlit's 0.5 s.
     "*, *::before, *::after { transition: none !important; }"
     '[data-stale="true"] { transition: opacity 0s 0.5s !important; }'  # the element only: a rule on its descendants
-    # made the browser restyle every node of its chart whenever it went stale or fresh (20 tokens: 1.35 vs 0.97 s)
+    # made the browser restyle every node of its chart whenever it went stale or fresh
     # The progress bar sits in the header, out of the page's flow: in the flow, its coming and going pushed the whole
     # page down and back (every chart laid out and painted again), and a reader scrolled down could not see it.
     # It stays clear of the sidebar on the left and of Streamlit's status and menu on the right; up to 768 px the
@@ -107,8 +106,8 @@ def page_cap() -> int:
 
 
 # Traces are frozen with read-only arrays, so one cached object can be shared safely between
-# sessions; cache_resource avoids cache_data's copy of ~80 MB per rerun at 512 tokens. Eight
-# entries bound the cache at ~650 MB even when every one is a 512-token MiniLM trace.
+# sessions; cache_resource avoids cache_data's copy of the whole trace on every rerun. The entries are few and
+# each counts against ATTNVIZ_MAX_TRACE_MB.
 TRACES = 8  # the cache's entries
 # Every trace _cached_trace made that is still alive (kept by the cache, or drawn by a page), by its arguments: a
 # cached text is known without calling the cache, so a heavy forward waits in line before the cached function,
@@ -428,8 +427,7 @@ def frame(title: str, tracer=None, whole: bool = False, chat: bool = False) -> F
                 chat = chat and chat_option(model)
                 trace = get_trace(key, text, tokens=cap, chat=chat, model=model)
         else:  # the tracer shows its own progress: a spinner spinning beside it takes a browser on the server's
-            with st.spinner(first_load_note(key) or f"Loading {key}…"):  # machine CPU the model needs (0.1–0.7 s a
-                # 4,096-token forward)
+            with st.spinner(first_load_note(key) or f"Loading {key}…"):  # machine CPU the model needs
                 model = offered(key)
             chat = chat and chat_option(model)
             trace = tracer(key, text, chat)

@@ -32,8 +32,7 @@ DETAIL = 256  # blocks a side of a head at block resolution
 FOCUS = 1  # the token a long text's reach opens on: the survey keeps its column, read during the forward
 BAR_AFTER_S = 0.3  # a progress bar shows once the forward has run this long (a bar that comes and goes delays the page)
 BAR_EVERY_S = 2.5  # and moves at most this often: each move re-renders the page, and a browser on the server's
-# machine (the benchmarks, a laptop demo) takes CPU from the forward (a bar moved per tile doubled a 4,096-token
-# forward; moved every second, it still cost that forward ~0.5 s of its ~5 s: bench/RESULTS.md)
+# machine (the benchmarks, a laptop demo) takes CPU from the forward for every move.
 
 
 class _Bar:
@@ -250,7 +249,7 @@ def long_trace(key: str, text: str, limit: int, chat: bool = False):
 def _keep(k, entry: _Entry) -> None:
     """Keep ``entry`` in _LONG (under _lock), dropping the oldest beyond two."""
     _LONG[k] = entry
-    while len(_LONG) > 2:  # a 16,384-token builtin:seed trace holds ~1.5 GB
+    while len(_LONG) > 2:  # a very long trace holds gigabytes
         _LONG.pop(next(iter(_LONG)))
 
 
