@@ -55,11 +55,11 @@ def first_in_process() -> dict:
     """In a fresh process: the traced forward at N tokens, first and second, after a 300-token one."""
     tok = tokenizer()
     model = attnviz.load("builtin:seed")
-    long.traced(model, text_of(tok, 300, 97), N, DETAIL)
+    long.trace_with_survey(model, text_of(tok, 300, 97), N, DETAIL)
     runs = []
     for i in range(2):
         t = time.perf_counter()
-        long.traced(model, text_of(tok, N, 10 + i), N, DETAIL)
+        long.trace_with_survey(model, text_of(tok, N, 10 + i), N, DETAIL)
         runs.append(time.perf_counter() - t)
     return {"first": runs[0], "second": runs[1]}
 
@@ -82,7 +82,7 @@ def run() -> dict:
     result = {"conditions": conditions(), "kernel": kernel(), "pause_s": PAUSE_S, "tokens": N}
     result["touch"] = alternate(lambda: touch(TOUCH_MB), rounds)
     result["bare"] = alternate(timed(lambda: bare(ids)), rounds)
-    result["traced"] = alternate(timed(lambda: long.traced(model, text, N, DETAIL)), rounds)
+    result["traced"] = alternate(timed(lambda: long.trace_with_survey(model, text, N, DETAIL)), rounds)
     del model, bare
     fresh = []
     for _ in range(2 if quick() else 3):

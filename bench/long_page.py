@@ -42,7 +42,7 @@ if APP_MALLOC:
 def page(model, text: str, n: int) -> dict:
     """Seconds of each step the page takes from submit to its overview and detail sent, for one submit."""
     out, t0 = {}, time.perf_counter()
-    trace, reducer = long.traced(model, text, n, DETAIL)
+    trace, reducer = long.trace_with_survey(model, text, n, DETAIL)
     out["traced forward (survey inside)"] = time.perf_counter() - t0
     L, H = trace.n_layers, trace.n_heads
     t = time.perf_counter()
@@ -134,7 +134,7 @@ def profile(n: int = 4096) -> str:
     buf = io.StringIO()
     pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(25)
     with torch_profile(activities=[ProfilerActivity.CPU]) as tp:
-        long.traced(model, text, n, DETAIL)
+        long.trace_with_survey(model, text, n, DETAIL)
     return buf.getvalue() + "\n" + tp.key_averages().table(sort_by="self_cpu_time_total", row_limit=20)
 
 

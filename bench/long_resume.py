@@ -35,7 +35,7 @@ def stopped_at(model, text: str, n: int, layers: int) -> list:
 
     reducer = long.Reducer(DETAIL, model.n_layers, progress)
     try:
-        long.traced(model, text, n, reducer=reducer)
+        long.trace_with_survey(model, text, n, reducer=reducer)
     except Stop:
         return reducer.whole()
     raise AssertionError("the forward was not stopped")
@@ -51,10 +51,10 @@ def measure(n: int = 4096, rounds: int = 2) -> dict:
         model.trace(text, max_tokens=n)
         plain = time.perf_counter() - t
         t = time.perf_counter()
-        _, whole = long.traced(model, text, n, DETAIL)
+        _, whole = long.trace_with_survey(model, text, n, DETAIL)
         full = time.perf_counter() - t
         t = time.perf_counter()
-        _, resumed = long.traced(model, text, n, reducer=long.Reducer(DETAIL, L, kept=kept))
+        _, resumed = long.trace_with_survey(model, text, n, reducer=long.Reducer(DETAIL, L, kept=kept))
         rerun = time.perf_counter() - t
         for k, v in (("plain trace (no survey)", plain), ("traced forward (survey inside)", full),
                      (f"rerun with {len(kept)} of {L} layers kept", rerun)):

@@ -1,5 +1,5 @@
 """The Attention page's long view (past 256 tokens), server side, at 4,096 and 16,384 tokens of ``builtin:seed``:
-the forward (trace), the forward with the survey of every head read inside it (``long.traced``, the page's path),
+the forward (trace), the forward with the survey of every head read inside it (``long.trace_with_survey``, the page's path),
 the survey as a pass after a forward (a model held eager) against ``t.pooled(256)``, a token's column (a layer's first, then another),
 a 256-token window, the page's figure bytes, and peak memory against what Hugging Face eager attention would
 hold (L·H·T² floats).
@@ -36,7 +36,7 @@ def child(n: int) -> dict:
     out["trace_s"] = time.perf_counter() - t0
     L, H = t.n_layers, t.n_heads
     t0 = time.perf_counter()
-    _, reducer = long.traced(model, text, n, 256)
+    _, reducer = long.trace_with_survey(model, text, n, 256)
     reducer.result(figs.overview_size(L, H))
     out["traced_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()

@@ -28,7 +28,7 @@ def token_ids(m):
 
 
 def outputs(m):
-    trace, out = m.traced(TEXT)
+    trace, out = m.run_with_trace(TEXT)
     assert out.shape[0] in (trace.n_tokens, len(getattr(m, "labels", ())))
 
 

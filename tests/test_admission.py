@@ -325,7 +325,7 @@ def test_under_a_tight_setting_the_survey_reads_smaller_tiles_and_the_same_numbe
     monkeypatch.setenv("ATTNVIZ_MAX_TRACE_MB", str(int(big) + 1))
     assert ui_long._tiles(model, 2000) == long.SURVEY_TILES
     text = document(502, 1200)
-    (trace, large), (_, one) = (long.traced(model, text, 4096, 256, tiles=t) for t in (long.SURVEY_TILES, 1))
+    (trace, large), (_, one) = (long.trace_with_survey(model, text, 4096, 256, tiles=t) for t in (long.SURVEY_TILES, 1))
     L, H, T, _ = trace.stack(None).weights.shape
     b = long.block_size(T, 256)
     assert long.survey_tile(H, T, b, 1)[0] < long.survey_tile(H, T, b)[0] <= T  # they did tile differently

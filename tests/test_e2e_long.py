@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import attnviz
-from attnviz.analysis.long import traced
+from attnviz.analysis.long import trace_with_survey
 from attnviz.ui.long import DETAIL
 from conftest import SCREENSHOTS, start_server
 from test_attention_long import N, TEXT
@@ -60,7 +60,7 @@ def long_server():
 
 @pytest.fixture(scope="module")
 def head():
-    trace, _ = traced(attnviz.load("builtin:seed"), TEXT, N, DETAIL)  # as the page makes it (survey in the forward)
+    trace, _ = trace_with_survey(attnviz.load("builtin:seed"), TEXT, N, DETAIL)  # as the page makes it (survey in the forward)
     return trace.head(2, 5)  # (T, T)
 
 

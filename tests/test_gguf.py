@@ -92,7 +92,7 @@ def test_chat_template_on_and_off(smollm2, smollm2_eager):
     assert ours == list(plain.tokens) and not plain.special.any()
     ids = smollm2.tokenizer(rendered, add_special_tokens=False)["input_ids"]
     assert gap(chat, eager_heads(smollm2_eager, ids)) <= 1e-5
-    trace, logits = smollm2.traced(SHORT, chat=True)
+    trace, logits = smollm2.run_with_trace(SHORT, chat=True)
     assert list(trace.tokens) == list(chat.tokens) and np.array_equal(trace.special, chat.special)
     assert logits.shape == (chat.n_tokens, smollm2.net.config.vocab_size)
 

@@ -120,7 +120,7 @@ def test_a_model_held_eager_hands_nothing_over_and_the_page_surveys_it_after(tin
 
     backend = load_hf(str(tiny_model("gpt2")))
     backend._use("eager")
-    trace, reducer = long.traced(backend, TEXT, detail=7)
+    trace, reducer = long.trace_with_survey(backend, TEXT, detail=7)
     assert trace.capture == "eager" and reducer.layers == [] and not reducer.complete(trace.weights.shape)
     page._SURVEYS[trace.stack(None).weights] = page._Survey(reducer, {})  # the pairing long_trace makes
     got = page.cached_survey(trace.stack(None), 5)
@@ -197,7 +197,7 @@ def test_a_stopped_forward_keeps_the_layers_it_read_and_its_rerun_reads_only_the
     model = attnviz.load(key) if key.startswith("builtin:") else tiny_backend(key)
     L = model.n_layers
     k = max(1, L // 2)  # layers read whole before the Stop
-    _, uninterrupted = long.traced(model, TEXT, detail=7, keys=(1, 5))
+    _, uninterrupted = long.trace_with_survey(model, TEXT, detail=7, keys=(1, 5))
 
     def stop_half_way(fraction):
         if fraction * L > k + 0.5:
@@ -205,11 +205,11 @@ def test_a_stopped_forward_keeps_the_layers_it_read_and_its_rerun_reads_only_the
 
     reducer = long.Reducer(7, L, stop_half_way, keys=(1, 5))
     with pytest.raises(Stop):
-        long.traced(model, TEXT, reducer=reducer)
+        long.trace_with_survey(model, TEXT, reducer=reducer)
     kept = reducer.whole()
     assert len(kept) == k and len(reducer.layers) == k + 1  # the layer read in part is not kept
     fractions = []
-    trace, resumed = long.traced(model, TEXT, reducer=long.Reducer(7, L, fractions.append, keys=(1, 5), kept=kept))
+    trace, resumed = long.trace_with_survey(model, TEXT, reducer=long.Reducer(7, L, fractions.append, keys=(1, 5), kept=kept))
     assert resumed.layers[:k] == kept and min(fractions) > k / L and fractions[-1] == pytest.approx(1.0)
     assert resumed.complete(trace.stack(None).weights.shape)
     assert_same_survey(resumed.result(5), uninterrupted.result(5), rtol=1e-6)

@@ -23,7 +23,7 @@ interval of the null's mean. Mass scores read a sample of query blocks a layer a
 16,384-token probe costs its forward plus a few hundred rows per layer, never L·H·T² floats.
 
 Pure scoring here; ``head_atlas`` and ``knockout_recall`` take a loaded backend (duck-typed: ``generate``,
-``trace``, ``traced``, ``tokenizer``), and the face (``attnviz.head_atlas``) loads it from a model key.
+``trace``, ``run_with_trace``, ``tokenizer``), and the face (``attnviz.head_atlas``) loads it from a model key.
 """
 
 from __future__ import annotations

@@ -370,7 +370,7 @@ def forward(backend, text, edits=(), keep: bool = False, chat: bool = False):
             trace = backend.trace(text) if isinstance(text, str) else backend.trace_ids(list(text))
             output = None
         else:
-            trace, output = backend.traced(text, **chat_kw(chat))
+            trace, output = backend.run_with_trace(text, **chat_kw(chat))
     wanted = max((e.layer for e in edits if e.layer is not None), default=-1)
     if edits and len(editor.modules) <= wanted:
         raise ValueError(f"The edits reached {len(editor.modules)} attention layers of {backend.key}, not layer "

@@ -1,6 +1,6 @@
 """Long-text analyses, tile by tile: one pass over every head gives pooled maps, what each key receives, how
 weight falls off with distance and the columns of the keys a view opens on (a survey: read after a forward, or
-during it with ``traced``, where each weight is computed once for the attention output and the survey alike); a
+during it with ``trace_with_survey``, where each weight is computed once for the attention output and the survey alike); a
 token's column; a window's exact weights.
 
 Nothing here holds more than one tile of weights (``Weights.rows_per_tile``; a forward's survey: ``survey_tile``) at
@@ -322,7 +322,7 @@ class Reducer:
         )
 
 
-def traced(model, text: str, max_tokens: int | None = None, detail: int = 256,
+def trace_with_survey(model, text: str, max_tokens: int | None = None, detail: int = 256,
            progress: Callable[[float], None] | None = None, tiles: int = SURVEY_TILES, keys: tuple = (),
            chat: bool = False, reducer: Reducer | None = None) -> tuple:
     """(trace, reducer): ``model``'s trace of ``text`` (``chat``: in its chat template) with a survey of every head

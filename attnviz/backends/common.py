@@ -100,7 +100,7 @@ def chat_prompt(tokenizer, text: str) -> tuple[str, int]:
 
 
 def chat_kw(chat: bool) -> dict:
-    """The keyword a backend's trace, traced, generate and scorer take for the chat template: none when it is off,
+    """The keyword a backend's trace, run_with_trace, generate and scorer take for the chat template: none when it is off,
     since only the backends that ``can("chat")`` know it."""
     return {"chat": True} if chat else {}
 
@@ -147,7 +147,7 @@ def ordinary_ids(tokenizer, vocab_size: int) -> list:
     return [i for i in range(min(len(tokenizer), vocab_size)) if i not in special]
 
 
-def stack_trace(key: str, enc: Encoded, text: str, kind: str, weights, hidden_states, norms: dict,
+def build_trace(key: str, enc: Encoded, text: str, kind: str, weights, hidden_states, norms: dict,
                 capture: str = "interface"):
     """The one place a backend's run becomes a trace: one stack's tokens (``enc``), weights (a Weights source),
     hidden states (L+1 batch-of-one tensors) and norm statistics."""
@@ -192,13 +192,13 @@ def log_odds(logits: torch.Tensor, c: int) -> torch.Tensor:
 ABILITIES = {  # what a backend may do beyond tracing a text; each declares its own (Backend.abilities)
     "generate": "continue a prompt: generate(prompt, sampling) (causal language models)",
     "token_ids": "trace token ids as given: trace_ids(ids), plain_ids() (the repeated-token probe)",
-    "outputs": "the trace and the model's output in one forward: traced(text) (next-token logits, label probabilities)",
+    "outputs": "the trace and the model's output in one forward: run_with_trace(text) (next-token logits, label probabilities)",
     "ablation": "run with heads masked: ablation(text)",
     "positions": "the model's own position information: position_info()",
     "scorer": "the prediction as a function of the token embeddings: scorer(text) (faithfulness)",
     "predict": "label probabilities: predict(text), labels",
     "translate": "the greedy output text: translate(text)",
-    "chat": "the tokenizer's chat template around a text: trace/traced/generate/scorer(…, chat=True)",
+    "chat": "the tokenizer's chat template around a text: trace/run_with_trace/generate/scorer(…, chat=True)",
 }
 
 
@@ -248,7 +248,7 @@ class Recorded(NamedTuple):
         """One stack's trace: ``side`` ("", "encoder", "decoder") names the stack in the recorder; ``weights`` and
         ``norms`` replace what it recorded (eager attention's own weights, a model without norm hooks)."""
         rec = self.recorder
-        return stack_trace(self.backend.key, enc, text, kind, rec.weights(side) if weights is None else weights,
+        return build_trace(self.backend.key, enc, text, kind, rec.weights(side) if weights is None else weights,
                            hidden_states, rec.norms(side) if norms is None else norms, self.backend.capture)
 
 

@@ -471,7 +471,7 @@ class HFModel(TorchBackend):
         weights = self._stack_weights(run, out.get("attentions"), "", len(out.hidden_states) - 1, (len(ids), len(ids)))
         return self._side(run, enc, tok.decode(ids), weights, out.hidden_states, self.kind)
 
-    def traced(self, text, chat: bool = False) -> tuple[AttentionTrace, torch.Tensor]:
+    def run_with_trace(self, text, chat: bool = False) -> tuple[AttentionTrace, torch.Tensor]:
         """(trace, next-token logits (T, V)) of a causal LM's text (``chat``: in its chat template), or of token ids
         (a list, wrapped as ``trace_ids`` wraps them), in one forward."""
         if self.kind != "decoder":

@@ -194,7 +194,7 @@ class LensBackend(TorchBackend):
         """The trace of token ids as given (``add_special_tokens``: after BOS where the model prepends one)."""
         return self._run(self._wrapped(list(ids)) if add_special_tokens else list(ids))[0]
 
-    def traced(self, text) -> tuple[AttentionTrace, torch.Tensor]:
+    def run_with_trace(self, text) -> tuple[AttentionTrace, torch.Tensor]:
         """(trace, next-token logits (T, V)) of a text, or of token ids (a list, wrapped as ``trace_ids`` wraps
         them), in one forward."""
         if self.kind != "decoder":

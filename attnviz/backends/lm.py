@@ -99,7 +99,7 @@ class TrainedLM(TorchBackend):
                             target=f"log-odds of the next token {self.vocab.itos[t]!r}", probability=True,
                             position=len(ids) - 1)
 
-    def traced(self, text) -> tuple[AttentionTrace, torch.Tensor]:
+    def run_with_trace(self, text) -> tuple[AttentionTrace, torch.Tensor]:
         """(trace, next-token logits (T, V)) of a text, or of word ids (a list, after [BOS]), in one forward."""
         if isinstance(text, str):
             ids, cut = self._ids(text, self.limit())

@@ -80,7 +80,7 @@ class TrainedClassifier(_Trained):
         return self.scoring(enc.ids, self.net.encoder.embeddings.tokens, lambda x: log_odds(self.net(x)[0], c),
                             target=f"log-odds of {target}", probability=True, position=None)
 
-    def traced(self, text: str) -> tuple[AttentionTrace, torch.Tensor]:
+    def run_with_trace(self, text: str) -> tuple[AttentionTrace, torch.Tensor]:
         """(trace, label probabilities (C,)) of one text in one forward."""
         enc, ids = self._source(text)
         with self.recorded() as run:

@@ -16,7 +16,7 @@ import streamlit as st
 
 from attnviz import analysis, settings
 from attnviz.backends import footprint
-from attnviz.analysis.long import SURVEY_TILES, Reducer, Survey, block_size, survey, survey_tile, traced, window
+from attnviz.analysis.long import SURVEY_TILES, Reducer, Survey, block_size, survey, survey_tile, trace_with_survey, window
 from attnviz.backends import normalise
 from attnviz.core.tokens import clean
 from attnviz.figures import long as figs
@@ -227,7 +227,7 @@ def long_trace(key: str, text: str, limit: int, chat: bool = False):
     reducer = Reducer(DETAIL, L, bar, tiles, (FOCUS,), kept)
     try:
         with jobs.for_tokens(n, partial(_job_mb, model, tiles=tiles)):
-            trace, reducer = traced(model, text, limit, chat=chat, reducer=reducer)
+            trace, reducer = trace_with_survey(model, text, limit, chat=chat, reducer=reducer)
     except BaseException:  # a Stop, a rerun, a closed tab: the layers read whole wait for this text's next run
         whole = bar.keeps(reducer.whole())
         if whole:
