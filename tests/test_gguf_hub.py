@@ -82,8 +82,12 @@ def test_a_hub_repo_of_gguf_files_loads_from_the_cache_offline(tmp_path, smollm2
     assert out["tokens"] == list(reference.tokens) and "Ċ" in out["tokens"]
     # within float32's tolerance (hf.TOLERANCE): the probe runs one thread, this process may run several
     np.testing.assert_allclose(np.array(out["head"]), reference.head(5, 2), atol=1e-5)
-    # offline, a file the cached snapshot lacks may still be on the hub: the words say the hub is out of reach
-    for key in (f"{REPO}/other.gguf", "someone/not-downloaded"):
-        assert out[f"hf:{key}"].startswith(f"Could not reach the Hugging Face hub for '{key}' (offline?)")
+    # offline, a file the cached snapshot lacks: the words name the GGUF files the cached copy holds, and one to try
+    assert out[f"hf:{REPO}/other.gguf"] == (
+        f"The cached copy of '{REPO}' has no file 'other.gguf'; it holds {gguf.name}. Try hf:{REPO}/{gguf.name}: the "
+        "Hugging Face hub is out of reach (offline?), so it cannot be asked for other files.")
+    # a repo with nothing cached: the hub is out of reach
+    assert out["hf:someone/not-downloaded"].startswith(
+        "Could not reach the Hugging Face hub for 'someone/not-downloaded' (offline?)")
     assert out[f"hf:{REPO}-two"] == (f"the hub model '{REPO}-two' holds 2 GGUF files (a.gguf, b.gguf): give the one "
                                      f"to load, e.g. hf:{REPO}-two/a.gguf")

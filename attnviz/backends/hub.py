@@ -94,7 +94,13 @@ def _gguf_in(folder: Path, where: str, files=None, named: str | None = None) -> 
     return folder / found[0]
 
 
-def _offline_message(name: str) -> str:
+def _offline_message(name: str, repo: str, named: str | None, held: list[str]) -> str:
+    """Why ``name`` cannot be had offline: a file the cached copy of ``repo`` lacks is named with the GGUF files it
+    does hold (``held``), which load without the hub."""
+    if named is not None and held:
+        return (f"The cached copy of {repo!r} has no file {named!r}; it holds {', '.join(held)}. Try "
+                f"hf:{repo}/{held[0]}: the Hugging Face hub is out of reach (offline?), so it cannot be asked for "
+                "other files.")
     return (
         f"Could not reach the Hugging Face hub for {name!r} (offline?). Download the model elsewhere and give "
         "its local folder, e.g. hf:/path/to/folder"
@@ -113,8 +119,10 @@ def _from_hub(name: str) -> Path:
         validate_repo_id(repo)
     except hub.HFValidationError:
         raise ValueError(f"{name!r} is neither a folder nor a Hugging Face model id like 'org/model'.") from None
+    held = []  # the GGUF files of the cached snapshot, named when the one asked for is not among them
     try:
         cached = Path(snapshot_download(repo, local_files_only=True))
+        held = sorted(p.name for p in cached.iterdir() if p.is_file() and p.name.lower().endswith(gguf.SUFFIX))
         # Loading only a tokenizer caches config.json too: a snapshot without weights is not the model.
         if named is not None and (cached / named).is_file():
             return cached / named
@@ -125,7 +133,7 @@ def _from_hub(name: str) -> Path:
     except hub.LocalEntryNotFoundError:
         pass
     if settings.hub_offline():
-        raise ValueError(_offline_message(name))
+        raise ValueError(_offline_message(name, repo, named, held))
     try:
         info = HfApi().model_info(repo, timeout=settings.hub_timeout(), files_metadata=True)
     except hub.RepositoryNotFoundError:
@@ -137,7 +145,7 @@ def _from_hub(name: str) -> Path:
     except hub.HfHubHTTPError as e:
         raise ValueError(f"The Hugging Face hub refused {name!r}: {e}") from None
     except Exception:  # connection refused, DNS failure, timeout: all mean the hub is out of reach
-        raise ValueError(_offline_message(name)) from None
+        raise ValueError(_offline_message(name, repo, named, held)) from None
     sizes = {s.rfilename: s.size or 0 for s in info.siblings or []}
     if named is not None and named not in sizes:
         raise ValueError(f"The hub model {repo!r} has no file {named!r}.")
