@@ -1,26 +1,24 @@
 """Cyclic garbage collected every ATTNVIZ_GC_EVERY_S seconds, off the script threads.
 
-.streamlit/config.toml turns off Streamlit's full collection after every run (with torch loaded it held the GIL
-~160 ms a rerun), but a finished page run's variables, its trace among them, form a cycle (the page's functions
-hold its globals) that only a full collection frees: Python's own waits for many more objects than a trace has.
-The objects alive when collection starts (the libraries, the models) are frozen out of it, so each pass is short
-(with torch, transformers and a model loaded, ~269,000 objects: a full collection 137 ms before, under 1 ms after).
-A freeze also freezes the sessions alive at that moment, and a frozen session is never freed, so every
-REFREEZE_PASSES passes the frozen objects are collected once more (``sweep``): a session that ended is gone within
-a minute, not kept for the server's life with its uploads and traces.
+.streamlit/config.toml turns off Streamlit's full collection after every run (with torch loaded it held the GIL for
+a noticeable part of every rerun), but a finished page run's variables, its trace among them, form a cycle (the
+page's functions hold its globals) that only a full collection frees: Python's own waits for many more objects than
+a trace has. The objects alive when collection starts (the libraries, the models: hundreds of thousands of objects)
+are frozen out of it, so each pass walks only what the sessions made since. A freeze also freezes the sessions alive
+at that moment, and a frozen session is never freed, so every REFREEZE_PASSES passes the frozen objects are
+collected once more (``sweep``): a session that ended is gone within a minute, not kept for the server's life with
+its uploads and traces.
 
 Freed memory goes back to the system too: glibc's malloc raises its threshold for giving large blocks their own
-mapping each time one is freed, after which a freed trace stays in the heap (one 700-token long text left
-+133 MB behind; with the threshold held at 64 KiB, +4 MB), and each pass trims the heap.
+mapping each time one is freed, after which a freed trace stays in the heap; the threshold is held at 64 KiB, and
+each pass trims the heap.
 
 Memory handed back can be slow to take again. A virtual machine whose host takes back its free memory (virtio-balloon
-free page reporting, as Firecracker hosts do) faults every page back in through the hypervisor the first time it is
-touched after a pause: on this project's VM ~1.2–1.8 ms a MB, up to a second and a half of a 4,096-token traced
-forward that comes after a pause (3.25–3.4 s with 512 MB of huge pages freed just before it, 3.9–5.0 s without;
-bench/RESULTS.md, round 18). So the server keeps a reserve of ATTNVIZ_WARM_MB touched while it is idle, and a heavy
-job that declares its memory hands it back right before it runs (``release``): its allocations take those pages next,
-while the host still backs them. After such a job the reserve is touched again in the background (``refill``), at
-the lowest priority.
+free page reporting, as Firecracker hosts do) faults every page back in through the hypervisor the first
+time it is touched after a pause, which slows the first heavy forward after a pause by a large part of its time. So
+the server keeps a reserve of ATTNVIZ_WARM_MB touched while it is idle, and a heavy job that declares its memory
+hands it back right before it runs (``release``): its allocations take those pages next, while the host still backs
+them. After such a job the reserve is touched again in the background (``refill``), at the lowest priority.
 """
 
 from __future__ import annotations
@@ -146,8 +144,8 @@ def _fill(generation: int, delay: float) -> None:
         except OSError:  # no memory to spare: no more reserve
             return
         # Huge pages, as torch asks for its large tensors (the app sets THP_MEM_ALLOC_ENABLE): a forward's huge pages
-        # are made of these freed whole. A reserve of small pages (MAP_POPULATE) left the next forward as slow as
-        # none: 3.8–4.45 s against 3.25–3.38 s at 4,096 tokens. Each page written, so none is the shared zero page.
+        # are made of these freed whole; a reserve of small pages (MAP_POPULATE) left the next forward as slow as no
+        # reserve at all. Each page written, so none is the shared zero page.
         chunk.madvise(mmap.MADV_HUGEPAGE)
         chunk[::mmap.PAGESIZE] = bytes(size // mmap.PAGESIZE)
         with _lock:
