@@ -19,7 +19,7 @@ from attnviz.figures.attention import attention_heatmap  # noqa: E402
 from attnviz.ui.display import display_options  # noqa: E402
 from attnviz.ui.frame import frame, layer_head  # noqa: E402
 from attnviz.ui.readable import model_output  # noqa: E402
-from attnviz.ui.share import chart_config, downloads  # noqa: E402
+from attnviz.ui.downloads import chart_config, downloads  # noqa: E402
 from attnviz.figures.view import head_view  # noqa: E402
 
 PAGES = sorted(Path(__file__).parent.glob("pages/[0-9]*_*.py"), key=lambda p: int(p.name.split("_")[0]))  # 2 before 10

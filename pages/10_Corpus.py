@@ -15,7 +15,8 @@ from attnviz.ui import corpus as files
 from attnviz.ui import jobs
 from attnviz.ui.frame import frame, page_cap, plain
 from attnviz.ui.heads import open_text
-from attnviz.ui.share import code, locked
+from attnviz.ui.access import locked
+from attnviz.ui.escape import code
 
 f = frame("Corpus")
 st.title("Corpus")

@@ -15,7 +15,7 @@ from attnviz.ui import interventions as ui
 from attnviz.ui.frame import frame, layer_head, offer_causal
 from attnviz.ui.heads import head_chart
 from attnviz.ui.jobs import slot
-from attnviz.ui.share import plain
+from attnviz.ui.escape import plain
 
 f = frame("Interventions", chat=True)
 st.title("Interventions")

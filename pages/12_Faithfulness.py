@@ -11,7 +11,7 @@ from attnviz.analysis.interventions import ZeroValue, editing
 from attnviz.settings import max_forwards
 from attnviz.ui.frame import frame, offer_causal, page_cap
 from attnviz.ui.jobs import slot
-from attnviz.ui.share import plain
+from attnviz.ui.escape import plain
 
 f = frame("Faithfulness", chat=True)
 st.title("Faithfulness")

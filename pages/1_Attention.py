@@ -16,7 +16,7 @@ from attnviz.ui.readable import model_output
 from attnviz.ui import heads
 from attnviz.ui.heads import head_chart
 from attnviz.ui import long
-from attnviz.ui.share import chart_config, downloads
+from attnviz.ui.downloads import chart_config, downloads
 from attnviz.figures.overview import stack_tiles
 from attnviz.figures.view import focus_html, layer_view, layer_views
 

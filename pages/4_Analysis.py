@@ -14,7 +14,7 @@ from attnviz.ui.derived import derived, held
 from attnviz.ui.frame import frame, page_cap
 from attnviz.ui.heads import head_chart
 from attnviz.ui.jobs import slot
-from attnviz.ui.share import plain
+from attnviz.ui.escape import plain
 
 f = frame("Analysis")
 st.title("Analysis")

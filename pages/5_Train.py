@@ -13,7 +13,7 @@ from attnviz.core.tokens import labels
 from attnviz.training.loop import TrainConfig, train
 from attnviz.ui.frame import SESSION, frame, register_session_model, session_models
 from attnviz.ui.jobs import slot
-from attnviz.ui.share import code, plain
+from attnviz.ui.escape import code, plain
 
 TITLES = {
     "classifier": "Sentiment classifier: a cue word, maybe negated, decides positive or negative",

@@ -13,8 +13,8 @@ from attnviz.figures.analysis import difference_map
 from attnviz.data.samples import CONTRASTS
 from attnviz.figures.attention import attention_heatmap
 from attnviz.core.tokens import labels
-from attnviz.ui import share
-from attnviz.ui.share import plain
+from attnviz.ui import access
+from attnviz.ui.escape import plain
 from attnviz.ui.display import token_window
 from attnviz.ui.frame import frame, get_trace, layer_head, model_options, offered
 
@@ -29,8 +29,8 @@ if "text_b" not in st.session_state and "text_b" not in st.query_params:
     st.session_state["text_b"] = CONTRASTS.get(f.text, "")  # start with a contrasting pair, not B = A
 c1, c2 = st.columns(2)
 model_b = c1.selectbox("Model B", model_options(), index=None, key="model_b", bind="query-params",
-                       accept_new_options=not share.locked(), placeholder=f"same as A ({f.key})")
-text_b = c2.text_area("Text B", key="text_b", bind="query-params", height=100, max_chars=share.max_chars(),
+                       accept_new_options=not access.locked(), placeholder=f"same as A ({f.key})")
+text_b = c2.text_area("Text B", key="text_b", bind="query-params", height=100, max_chars=access.max_chars(),
                       placeholder="same as A", help="Press Ctrl+Enter (or click outside) to run.")
 key_b, text_b = model_b or f.key, text_b if text_b.strip() else f.text
 try:
@@ -41,7 +41,7 @@ except ValueError as e:
     st.stop()
 except Exception as e:  # a fault in a model or library: say so plainly, keep the page alive
     log.exception("trace failed for %s", key_b)
-    st.error(plain(share.fault(key_b, e)))
+    st.error(plain(access.fault(key_b, e)))
     st.stop()
 if trace_b.truncated:
     st.caption(f"B, like A, reads its first {trace_b.stack().queries.n_tokens:,} tokens and leaves "

@@ -13,7 +13,7 @@ from attnviz.core.tokens import clean, labels
 from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame, layer_head, offer_causal, plain
 from attnviz.ui.jobs import checkpoint, slot
-from attnviz.ui.share import check_link_value, linked_number
+from attnviz.ui.links import check_link_value, linked_number
 
 f = frame("Generate", chat=True)
 st.title("Generate")

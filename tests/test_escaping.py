@@ -2,7 +2,7 @@
 
 A crafted link such as ``/Compare?model_b=[Session expired](https://evil.example/login)`` once put a
 clickable link inside the red error box. Every message that can hold text from a visitor, a link or an
-exception goes through ``share.plain`` (or quotes values with ``share.code``).
+exception goes through ``escape.plain`` (or quotes values with ``escape.code``).
 """
 
 import html
@@ -12,7 +12,7 @@ import pytest
 from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
-from attnviz.ui.share import code, plain
+from attnviz.ui.escape import code, plain
 from helpers import open_page
 
 PAYLOADS = {

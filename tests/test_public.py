@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from attnviz.backends import list_models
-from attnviz.ui import share
+from attnviz.ui import access
 from helpers import open_page
 
 ORACLE = ["hf:/etc/shadow", "hf:/root", "hf:/nonexistent", "/root", "hf:~/.ssh", "hf:/proc/self/environ"]
@@ -40,7 +40,7 @@ def public(clean_env):
 def test_public_mode_is_an_operator_setting_and_on_where_the_host_says(clean_env, env, on):
     for k, v in env.items():
         clean_env.setenv(k, v)
-    assert share.public() is on
+    assert access.public() is on
 
 
 run = open_page

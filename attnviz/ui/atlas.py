@@ -14,7 +14,8 @@ from attnviz.figures.atlas import atlas_grid
 from attnviz.ui import jobs
 from attnviz.ui.derived import derived, held
 from attnviz.ui.frame import max_tokens
-from attnviz.ui.share import linked_number, plain
+from attnviz.ui.escape import plain
+from attnviz.ui.links import linked_number
 from attnviz.ui.heads import head_chart
 
 ABOUT = (

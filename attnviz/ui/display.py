@@ -8,7 +8,7 @@ import streamlit as st
 
 from attnviz.figures.long import CELLS
 from attnviz.figures.view import Options
-from attnviz.ui.share import linked_number
+from attnviz.ui.links import linked_number
 
 # Plotly draws its toolbar (the modebar: save as image, zoom, pan, …) over the top right corner of a chart while the
 # pointer is on it (on a phone, after a tap), and a phone-wide chart's title runs under it. Up to PHONE the toolbar

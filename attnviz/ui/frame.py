@@ -22,10 +22,10 @@ from attnviz.backends.cards import takes
 from attnviz.backends.packaged import first_load_note
 from attnviz.backends.common import chat_kw, check_text
 from attnviz.data.samples import ALL_SAMPLES, samples_for
-from attnviz.ui import collect, heads, jobs, share, uploads
+from attnviz.ui import access, collect, heads, jobs, links, uploads
 from attnviz.ui.display import MODEBAR_CSS
+from attnviz.ui.escape import plain
 from attnviz.ui.readable import unknown_note
-from attnviz.ui.share import plain
 
 log = logging.getLogger("attnviz")
 
@@ -198,14 +198,14 @@ def resolve(key: str):
 def offered(key: str):
     """``resolve`` for a key a visitor gave: refused unless offered; in public mode the reason a model
     could not be opened stays in the server log."""
-    share.check_allowed(key, model_options())
+    access.check_allowed(key, model_options())
     try:
         return resolve(key)
     except Exception as e:
-        if not share.public():
+        if not access.public():
             raise
         log.warning("could not open %r", key, exc_info=True)
-        raise ValueError(share.open_failed(key, e)) from None
+        raise ValueError(access.open_failed(key, e)) from None
 
 
 def get_trace(key: str, text: str, target: str | None = None, tokens: int | None = None, chat: bool = False,
@@ -236,7 +236,7 @@ def get_trace(key: str, text: str, target: str | None = None, tokens: int | None
 
 
 def model_options() -> list[str]:
-    base = share.allowed_models() or list_models()  # an operator's allowlist replaces the built-ins
+    base = access.allowed_models() or list_models()  # an operator's allowlist replaces the built-ins
     return base + [k for k in session_models() if k not in base]
 
 
@@ -270,7 +270,7 @@ def uploaded_text(text: str, notes=st) -> str:
                             max_upload_size=MAX_UPLOAD_MB,  # refused in the browser before it is sent
                             help=f"A document of up to {MAX_UPLOAD_MB} MB ({MAX_UPLOAD_BYTES:,} bytes) replaces the "
                                  "text box's text (which takes at most "
-                                 f"{share.max_chars():,} characters); links cannot carry it.")
+                                 f"{access.max_chars():,} characters); links cannot carry it.")
     if file is None:
         return text
     if file.size > MAX_UPLOAD_BYTES:
@@ -296,7 +296,7 @@ def _text_changed() -> None:
     """A paste over the limit is refused whole: the box keeps its text, and the page says so where the user looks
     (the browser used to refuse it, with no word to the server)."""
     text = st.session_state.get("text") or ""
-    if len(text) > share.max_chars():
+    if len(text) > access.max_chars():
         st.session_state["text"] = st.session_state.get(_LAST_TEXT, "")
         st.session_state[_REFUSED] = len(text)
 
@@ -307,7 +307,7 @@ def sidebar() -> tuple[str, str]:
     notes = st.container()
     refused = st.session_state.pop(_REFUSED, None)
     if refused is not None:
-        notes.warning(f"The paste of {refused:,} characters is over the {share.max_chars():,} the text box takes, so "
+        notes.warning(f"The paste of {refused:,} characters is over the {access.max_chars():,} the text box takes, so "
                       "the box keeps its earlier text. A longer document goes in the sidebar's upload, under the "
                       "text box.", icon=":material/content_paste_off:")
     with st.sidebar:
@@ -315,9 +315,9 @@ def sidebar() -> tuple[str, str]:
             "Model",
             model_options(),
             key="model",
-            accept_new_options=not share.locked(),
+            accept_new_options=not access.locked(),
             bind="query-params", on_change=_model_changed,
-            help=("The models this demo offers." if share.locked() else
+            help=("The models this demo offers." if access.locked() else
                   "A built-in model, or type a Hugging Face id (hf:gpt2) or a local folder and press Enter.")
                  + "".join(f"\n- `{k}`: {describe(k)}" for k in model_options() if describe(k)),
         )
@@ -331,12 +331,12 @@ def sidebar() -> tuple[str, str]:
             st.session_state["text"] = next(iter(samples_for(key or DEFAULT_MODEL).values()))
         text = st.text_area(
             "Text", key="text", height=160, bind="query-params", on_change=_text_changed,
-            help=f"Press Ctrl+Enter (or click outside) to run. At most {share.max_chars():,} characters: "
+            help=f"Press Ctrl+Enter (or click outside) to run. At most {access.max_chars():,} characters: "
                  "a longer paste is refused whole.",
         )
         # Say so before it happens too (in grey Markdown, not a caption: the page's first caption is its status
         # line).
-        st.markdown(f":gray[A paste over {share.max_chars():,} characters is refused whole and the box keeps its "
+        st.markdown(f":gray[A paste over {access.max_chars():,} characters is refused whole and the box keeps its "
                     "text; a longer document goes in the upload below.]")
         st.session_state[_LAST_TEXT] = text
         text = uploaded_text(text, notes)
@@ -410,16 +410,16 @@ def frame(title: str, tracer=None, whole: bool = False, chat: bool = False) -> F
     uploads.install()  # uploads bounded per session and in all (public mode), released once a session is gone
     st.set_page_config(page_title=f"attnviz · {title}", page_icon="🔎", layout="wide")
     st.markdown(f"<style>{LAYOUT_CSS}</style>", unsafe_allow_html=True)  # our own constants, no user text
-    share.read_link()
+    links.read_link()
     heads.follow_click()
     carry_over(title)
     key, text = sidebar()
     remember("model", "text")
-    share.check_link(key, model_options()[0], offered)
+    links.check_link(key, model_options()[0], offered)
     key = instead_of_refused(entered(key))
     cap = None if whole else page_cap()  # the tokens this page reads
     try:
-        share.check_allowed(key, model_options())
+        access.check_allowed(key, model_options())
         text = check_text(text)
         if tracer is None:
             with st.spinner(first_load_note(key) or f"Loading {key} and computing attention…"):
@@ -438,7 +438,7 @@ def frame(title: str, tracer=None, whole: bool = False, chat: bool = False) -> F
         refuse(key, plain(str(e)))
     except Exception as e:  # a fault in a model or library: say so plainly, keep the page alive
         log.exception("trace failed for %s", key)
-        refuse(key, plain(share.fault(key, e)))
+        refuse(key, plain(access.fault(key, e)))
     st.session_state[_GOOD_MODEL] = key
     page_cut = cut_by_page(trace, cap, model.limit(max_tokens()))
     status(trace, page_cut)
@@ -550,7 +550,7 @@ def layer_head(n_layers: int, n_heads: int, with_mean: bool = False) -> tuple[in
     # A default index beside a value set through session state (an overview click) makes Streamlit warn.
     default = {} if "head" in st.session_state else {"index": 1 if with_mean else 0}
     head = c2.selectbox("Head", heads, key="head", bind="query-params", **default)
-    share.check_link_index("layer", layer, n_layers)
-    share.check_link_index("head", head, n_heads)
+    links.check_link_index("layer", layer, n_layers)
+    links.check_link_index("head", head, n_heads)
     remember("layer", "head")
     return int(layer), (None if head == "mean" else int(head))

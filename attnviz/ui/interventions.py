@@ -12,7 +12,8 @@ from functools import partial
 import streamlit as st
 
 from attnviz.analysis.interventions import Knockout, Pattern, ZeroValue, parse, run, spell
-from attnviz.ui.share import code, note, plain
+from attnviz.ui.escape import code, plain
+from attnviz.ui.links import note
 
 EDITS_KEY = "edits"
 ACTIONS = {

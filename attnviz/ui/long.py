@@ -25,7 +25,8 @@ from attnviz.ui.derived import nbytes
 from attnviz.ui.display import CELLS  # up to CELLS tokens the Attention page draws every head cell by cell
 from attnviz.ui.frame import BAR_KEY, STILL_CSS, STOPPED_KEY, layer_head, max_tokens, resolve
 from attnviz.ui.heads import head_chart
-from attnviz.ui.share import linked_number, plain
+from attnviz.ui.escape import plain
+from attnviz.ui.links import linked_number
 
 
 DETAIL = 256  # blocks a side of a head at block resolution

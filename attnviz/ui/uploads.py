@@ -23,7 +23,7 @@ from streamlit.runtime import Runtime
 from streamlit.runtime.memory_uploaded_file_manager import MemoryUploadedFileManager
 
 from attnviz import settings
-from attnviz.ui import share
+from attnviz.ui import access
 
 SWEEP_S = 5.0  # how often the sweep looks for sessions gone; a session's files go within this of its window's end
 _lock = threading.Lock()
@@ -38,7 +38,7 @@ class CappedUploads(MemoryUploadedFileManager):
 
     def add_file(self, session_id, file) -> None:
         with self._adding:
-            if share.public():
+            if access.public():
                 self._check(session_id, file.file_id, len(file.data))
             super().add_file(session_id, file)
             self._seen[session_id] = time.monotonic()

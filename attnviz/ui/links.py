@@ -1,4 +1,4 @@
-"""Share and export: the link that reproduces a view, download buttons, notes on links, operator settings.
+"""The link that reproduces a view: its parameters read and checked, and the notes on what it could not carry.
 
 The frame binds ``model``, ``text``, ``layer`` and ``head`` to the URL. Streamlit drops a link's
 invalid values without a word, so a session's first run keeps the raw query parameters
@@ -8,105 +8,15 @@ invalid values without a word, so a session's first run keeps the raw query para
 from __future__ import annotations
 
 import math
-import re
 from urllib.parse import urlencode, urlsplit
 
 import streamlit as st
 
-from attnviz import export, settings
+from attnviz.ui.access import max_chars, public
+from attnviz.ui.escape import code
 
 LINK_KEYS = ("model", "text", "layer", "head")
 _LINK = "_link"  # session-state key of the link's raw parameters and pending fallback
-
-
-def _secret(name: str):
-    """``[attnviz] name`` from .streamlit/secrets.toml (or the host's secrets), None when unset."""
-    try:
-        return st.secrets.get("attnviz", {}).get(name)
-    except FileNotFoundError:  # no secrets file at all
-        return None
-
-
-def allowed_models() -> list[str] | None:
-    """ATTNVIZ_MODELS (comma list) or secrets ``[attnviz] models``: the only models offered; None: any."""
-    return settings.allowed_models(_secret("models"))
-
-
-def public() -> bool:
-    """Public mode: the app faces visitors it does not know, so they choose only among offered models.
-
-    On with ATTNVIZ_PUBLIC=1 or secrets ``[attnviz] public = true``, and by itself on Hugging Face Spaces
-    (which sets SPACE_ID); ATTNVIZ_PUBLIC=0 turns it off there. Off for a local ``streamlit run app.py``.
-    """
-    return settings.public(_secret("public"))
-
-
-def locked() -> bool:
-    """Visitors pick from a fixed list (public mode, or an operator's allowlist); no typed model keys."""
-    return public() or allowed_models() is not None
-
-
-def open_failed(key: str, error: Exception) -> str:
-    """Why model ``key`` could not be opened; in public mode only that it could not, since the reasons
-    can name the server's paths and tell which of its files exist."""
-    if public():
-        return f"The model {code(key)} could not be opened here."
-    return str(error)
-
-
-def fault(key: str, error: Exception) -> str:
-    """What a visitor is told when model ``key`` fails unexpectedly (the server log keeps the traceback)."""
-    if public():
-        return f"Could not run {key}; the server's log has the details."
-    return f"Could not run {key}: {type(error).__name__}: {error}"
-
-
-def max_chars() -> int:
-    """ATTNVIZ_MAX_CHARS or secrets ``[attnviz] max_chars``: the longest text the text box takes."""
-    return settings.max_chars(_secret("max_chars"))
-
-
-def check_allowed(key: str, options: list[str]) -> None:
-    """A ValueError when models are locked (public mode, allowlist) and ``key`` is not among ``options``.
-
-    Nothing is looked up for such a key; in public mode the message does not even repeat it, so every
-    refused key (a path, a file, nothing) reads the same.
-    """
-    if locked() and key not in options:
-        named = "That model" if public() else f"Model {code(key)}"
-        raise ValueError(f"{named} is not offered here; choose one of: {', '.join(options)}.")
-
-
-# What makes links, emphasis, code, HTML, LaTeX or Streamlit's :colour[…] directives in Markdown.
-_MARKDOWN = re.compile(r"([\\`*_\[\]<>|~$#])")
-# What GitHub-flavoured Markdown turns into a link by itself, even with every character escaped: a URL
-# with a scheme, a "www." address, an e-mail address. These go into a code span instead.
-_AUTOLINK = re.compile(r"(?i)(?:\b[a-z][a-z0-9+.-]*://|\bwww\.)[^\s'\"<>`]*[^\s'\"<>`.,;:!?)]"
-                       r"|[-.\w+]+@[-\w]+(?:\.[-\w]+)+")
-
-
-def plain(message) -> str:
-    """``message`` shown as typed in Streamlit's Markdown (st.error, st.warning, st.markdown, captions).
-
-    The one way text from a visitor, a link or an exception reaches a message: nothing in it can become
-    a link, an image, markup or formatting.
-    """
-    text, out, at = str(message), [], 0
-    for m in _AUTOLINK.finditer(text):
-        out += [_MARKDOWN.sub(r"\\\1", text[at:m.start()]), code(m.group())]
-        at = m.end()
-    return "".join(out + [_MARKDOWN.sub(r"\\\1", text[at:])])
-
-
-def code(value) -> str:
-    """``value`` safe in Markdown: as is when it is a plain word or number (``99``, ``no-such-model``),
-    else a code span, so whatever a crafted link holds shows as typed, never as a link, an image or
-    formatting (a fence longer than any run of backticks inside keeps the span closed)."""
-    text = " ".join(str(value).split())
-    if re.fullmatch(r"[A-Za-z0-9.+-]+", text) and "www." not in text.lower():  # "www." would autolink
-        return text
-    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
-    return f"{fence} {text} {fence}"
 
 
 def note(message: str) -> None:
@@ -283,36 +193,3 @@ def link(**state) -> str:
     if base and not urlsplit(base).path:
         base += "/"  # the home page's address comes without its slash
     return f"{base}?{urlencode(params)}"
-
-
-def chart_config(name: str, key: str = "share") -> dict:
-    """``st.plotly_chart(config=…)``: the toolbar's camera saves ``name``.png (or .svg, as picked in
-    ``downloads(key=key)``) at twice the screen resolution."""
-    fmt = st.session_state.get(f"{key}_image_format", "PNG").lower()
-    return {"toImageButtonOptions": {"format": fmt, "filename": name, "scale": 2}, "displaylogo": False}
-
-
-def downloads(trace, fig, layer: int, head: int | None, stack: str = "encoder", key: str = "share") -> None:
-    """The "Share and export" box under a figure: a link to this view and the files behind it.
-
-    Files are built only when their button is clicked. ``stack`` picks the encoder, decoder or cross
-    attention of an encoder–decoder trace; give each box on a page its own ``key``.
-    """
-    name = export.figure_name(trace.model, layer, head, "" if stack == "encoder" else stack)
-    stem = export.file_stem(trace.model)
-    with st.expander("Share and export"):
-        st.caption("A link to this view (the button at its right copies it):")
-        head_param = "mean" if head is None else head
-        st.code(link(model=trace.model, text=trace.text, layer=layer, head=head_param), language=None, wrap_lines=True)
-        st.radio("The camera button in the chart's toolbar saves", ["PNG", "SVG"], key=f"{key}_image_format",
-                 horizontal=True)
-        c1, c2, c3, c4 = st.columns(4)
-        c1.download_button("This head (CSV)", lambda: export.matrix_csv(*export.head_matrix(trace, layer, head, stack)),
-                           f"{name}.csv", "text/csv", key=f"{key}_head_csv", on_click="ignore")
-        c2.download_button("Head statistics (CSV)", lambda: export.stats_csv(trace), f"{stem}_heads.csv",
-                           "text/csv", key=f"{key}_stats_csv", on_click="ignore")
-        c3.download_button("Whole trace (.npz)", lambda: export.to_npz(trace), f"{stem}.npz",
-                           "application/octet-stream", key=f"{key}_npz", on_click="ignore")
-        c4.download_button("Figure (HTML)", lambda: export.figure_html(fig), f"{name}.html", "text/html",
-                           key=f"{key}_html", on_click="ignore",
-                           help="A standalone page with plotly.js inside (~5 MB): opens offline, zooms and hovers.")
