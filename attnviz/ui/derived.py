@@ -1,8 +1,8 @@
 """Views derived from a trace (display options applied, rollout, head statistics), shared by all sessions.
 
-A session used to keep its own copy (~72 MB per session at 512 tokens with "hide special tokens" on), so 60
-visitors filled 4.9 GB. Here every session asks one cache, bounded in bytes (ATTNVIZ_MAX_VIEWS_MB): sessions
-looking at the same trace with the same options share one view, and the least recently used go first.
+A view can be as large as its trace, so a copy per session grew with the visitors. Here every session asks one
+cache, bounded in bytes (ATTNVIZ_MAX_VIEWS_MB): sessions looking at the same trace with the same options share one
+view, and the least recently used go first.
 """
 
 from __future__ import annotations
