@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("anywidget", reason="pip install -r requirements-notebook.txt")
 
 import attnviz  # noqa: E402
-from attnviz.core.tokens import labels  # noqa: E402
+from attnviz.core.tokens import clean, labels  # noqa: E402
 from attnviz.ui import notebook  # noqa: E402
 from conftest import ROOT  # noqa: E402
 
@@ -58,6 +58,8 @@ def test_head_view_sends_the_models_own_heads(minilm):
     ref = np.stack([a[0].numpy() for a in attentions])  # (L, H, T, T)
     w = attnviz.head_view(attentions, tokens, layer=2, heads=[9], html_action="return").widget
     assert w.labels["q"] == labels(tokens) and w.labels["k"] == labels(tokens)
+    raw = {str(i): t for i, t in enumerate(tokens) if clean(t) != t}  # WordPiece: only its ## pieces read otherwise
+    assert w.labels["q_raw"] == w.labels["k_raw"] == raw
     assert (w.info["L"], w.info["H"]) == ref.shape[:2]
     np.testing.assert_allclose(weights(w.detail), ref[2, 9], atol=1e-6)
     assert w.detail["title"] == "layer 2, head 9"
@@ -80,6 +82,23 @@ def test_head_view_sends_the_models_own_heads(minilm):
     ask(w, query=5, key=2)
     np.testing.assert_allclose(np.frombuffer(w.links["weights"], np.float32).reshape(ref.shape[:2]), ref[:, :, 5, 2],
                                atol=1e-6)
+
+
+def test_the_labels_carry_the_raw_byte_level_tokens(tiny_model):
+    """A tiny GPT-2 (byte-level BPE, trained like GPT-2's): the widget sends the cleaned labels and, for the
+    positions whose raw token reads otherwise (Ġcat, Ċ), that raw token, which its hover shows beside the label."""
+    text = "the cat sat\nthe <b>dog</b>"
+    t = attnviz.trace(text, f"hf:{tiny_model('gpt2')}")
+    tokens = list(t.tokens)
+    cat, newline = tokens.index("Ġcat"), tokens.index("Ċ")
+    w = attnviz.explorer(t)
+    assert w.labels["q"] == w.labels["k"] == labels(tokens)
+    assert w.labels["q"][cat] == "cat" and w.labels["q"][newline] == "↵"
+    raw = w.labels["q_raw"]
+    assert raw == w.labels["k_raw"] and raw[str(cat)] == "Ġcat" and raw[str(newline)] == "Ċ"
+    assert raw == {str(i): tok for i, tok in enumerate(tokens) if clean(tok) != tok}
+    assert clean(tokens[0]) == tokens[0] and "0" not in raw  # a token that reads as itself is not sent twice
+    assert json.loads(json.dumps(w.labels)) == w.labels  # plain JSON, as the page gets it
 
 
 def test_model_view_and_from_attentions(minilm):

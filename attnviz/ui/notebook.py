@@ -48,6 +48,12 @@ def head_name(layer: int, head: int | None, n_heads: int) -> str:
     return f"layer {layer}, mean of {n_heads} heads" if head is None else f"layer {layer}, head {head}"
 
 
+def raw_tokens(labels) -> dict[str, str]:
+    """{position: raw token} of each label cleaned from a token that reads otherwise ("Ġcat" for "cat"): the hover
+    names it beside the label, as the figures' hovers do; positions whose token reads as itself are left out."""
+    return {str(i): s.raw for i, s in enumerate(labels) if clean(s.raw) != s.raw}
+
+
 def _f32(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(a, np.float32).tobytes()
 
@@ -218,7 +224,8 @@ def explorer_class():
         _esm = ESM
         _css = CSS
         info = traitlets.Dict().tag(sync=True)  # model, stacks, sizes, colour scale
-        labels = traitlets.Dict().tag(sync=True)  # {"q": [...], "k": [...]} unique labels of the stack shown
+        # {"q": [...], "k": [...]} unique labels of the stack shown, "q_raw"/"k_raw": {position: raw token} (raw_tokens)
+        labels = traitlets.Dict().tag(sync=True)
         overview = traitlets.Dict().tag(sync=True)
         view = traitlets.Dict().tag(sync=True)  # what the page asks for: stack, layer, head, focus, direction, …
         detail = traitlets.Dict().tag(sync=True)
@@ -292,7 +299,8 @@ def explorer_class():
             try:
                 with self.hold_sync():
                     if not same("stack"):
-                        self.labels = dict(q=v.q_labels, k=v.k_labels)
+                        self.labels = dict(q=v.q_labels, k=v.k_labels, q_raw=raw_tokens(v.q_labels),
+                                           k_raw=raw_tokens(v.k_labels))
                         self.info = self.info | dict(long=v.long, L=v.L, H=v.H, Tq=v.Tq, Tk=v.Tk, causal=v.causal,
                                                      stack=v.name)
                         self.overview = v.overview()

@@ -14,6 +14,12 @@ function floats(buf) {
   return new Float32Array(b);
 }
 const fmt = (x) => (x >= 0.001 || x === 0 ? x.toPrecision(3) : x.toExponential(2));
+// A token for the readout: its label quoted, and the raw token it was cleaned from where that reads otherwise
+// (labels.q_raw / k_raw hold those positions only).
+function named(lab, side, i) {
+  const raw = (lab[`${side}_raw`] || {})[i];
+  return `“${lab[side][i]}”` + (raw === undefined ? "" : ` (token ${raw})`);
+}
 
 // A heatmap of rows × cols weights on a canvas, colours from 0 to top on the app's scale; cells hidden by a
 // causal mask grey. hover(r, c) and click(r, c) get cell indices.
@@ -136,7 +142,7 @@ function render({ model, el: root }) {
     heatmap(canvas, w, rows, cols, d.top, lut(), {
       width: 520, mask: mask(),
       hidden: d.causal ? (r, c) => c + d.cols[0] > r + d.rows[0] + offset : null,
-      hover: (r, c) => { readout.textContent = `query ${r + d.rows[0]} “${lab.q[r + d.rows[0]]}” · key ${c + d.cols[0]} “${lab.k[c + d.cols[0]]}” · weight ${fmt(w[r * cols + c])}`; },
+      hover: (r, c) => { readout.textContent = `query ${r + d.rows[0]} ${named(lab, "q", r + d.rows[0])} · key ${c + d.cols[0]} ${named(lab, "k", c + d.cols[0])} · weight ${fmt(w[r * cols + c])}`; },
       click: (r) => ask({ direction: "to", focus: r + d.rows[0] }),
     });
     const parts = [el("div", { class: "av-caption av-detail-title" }, d.title),
@@ -157,7 +163,7 @@ function render({ model, el: root }) {
   function drawFocus() {
     const f = get("focus"), info = get("info"), lab = get("labels"), v = get("view");
     if (!f.weights) return;
-    const along = f.direction === "to" ? lab.k : lab.q, own = f.direction === "to" ? lab.q : lab.k;
+    const side = f.direction === "to" ? "k" : "q", along = lab[side], own = f.direction === "to" ? lab.q : lab.k;
     const w = floats(f.weights), every = floats(f.heads), n = along.length;
     const bars = el("canvas", { class: "av-bars" });
     const width = Math.max(n, Math.min(480, n * 14)), height = 120, ctx = bars.getContext("2d");
@@ -166,10 +172,10 @@ function render({ model, el: root }) {
     ctx.fillStyle = "#2171b5";
     for (let i = 0; i < n; i++) { const h = w[i] / top * (height - 4); ctx.fillRect(i * width / n, height - h, Math.max(1, width / n - 1), h); }
     bars.onmousemove = (ev) => { const b = bars.getBoundingClientRect(); const i = Math.floor((ev.clientX - b.left) / b.width * n);
-      if (i >= 0 && i < n) readout.textContent = `${f.direction === "to" ? "key" : "query"} ${i} “${along[i]}” · weight ${fmt(w[i])}`; };
+      if (i >= 0 && i < n) readout.textContent = `${f.direction === "to" ? "key" : "query"} ${i} ${named(lab, side, i)} · weight ${fmt(w[i])}`; };
     const grid = el("canvas", { class: "av-focus-heads" });
     heatmap(grid, every, info.H, n, f.top, lut(), { width: 480, rowCell: 10,
-      hover: (h, i) => { readout.textContent = `head ${h} · ${along[i]} · weight ${fmt(every[h * n + i])}`; },
+      hover: (h, i) => { readout.textContent = `head ${h} · ${named(lab, side, i)} · weight ${fmt(every[h * n + i])}`; },
       click: (h) => ask({ head: h }) });
     const dir = select([["to", "attends to"], ["from", "attended by"]], f.direction, (d) => ask({ direction: d }), "av-direction");
     focus.replaceChildren(el("div", { class: "av-sub" }, "Token focus"),
