@@ -16,6 +16,7 @@ from attnviz.ui.derived import derived, held
 from attnviz.ui.frame import max_tokens
 from attnviz.ui.escape import plain
 from attnviz.ui.links import linked_number
+from attnviz.ui.progress import Bar
 from attnviz.ui.heads import head_chart
 
 ABOUT = (
@@ -48,18 +49,17 @@ def _mb(model, tokens: int) -> float:
 def _run(model, text: str | None, tokens: int, needles: int, k: int):
     """The atlas and (for a causal LM) its knock-out check, as one heavy job with one progress bar."""
     with jobs.slot(f"This {tokens:,}-token head atlas", _mb(model, tokens)):
-        bar = st.progress(0.0, "Starting the probes…")
+        bar = Bar("Probing the heads…", "atlas")
         share = 0.75 if model.kind == "decoder" else 1.0
 
         def step(first: float, width: float):
-            def progress(done: int, total: int, what: str) -> None:
-                jobs.checkpoint()  # a rerun or a closed tab stops the atlas here, between two forwards
-                bar.progress(min(1.0, first + width * done / max(total, 1)), plain(what))
+            def progress(done: int, total: int, what: str) -> None:  # between two forwards: a Stop ends it here
+                bar(first + width * done / max(total, 1), plain(what))
             return progress
 
         frame = head_atlas(model, text, tokens=tokens, needles=needles, progress=step(0.0, share))
         check = knockout_recall(model, frame, k, progress=step(share, 1 - share)) if frame.attrs["retrieval"] else None
-        bar.empty()
+        bar.done()
         return frame, check
 
 
