@@ -75,8 +75,9 @@ class CappedUploads(MemoryUploadedFileManager):
 
 
 def install() -> None:
-    """Bound and sweep the running server's uploads (every page calls this; only the first call on a real server
-    does anything)."""
+    """Bound and sweep the running server's uploads: ``python -m attnviz.ui.serve`` calls this as the server starts,
+    before any request; every page calls it too (a plain ``streamlit run app.py`` is bound from its first page run
+    on). Only the first call on a real server does anything."""
     global _installed
     with _lock:
         if _installed or not Runtime.exists():
