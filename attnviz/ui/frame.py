@@ -343,28 +343,6 @@ def sidebar() -> tuple[str, str]:
     return (key or DEFAULT_MODEL), text
 
 
-SHARED = ("model", "text", "layer", "head", "chat")
-
-
-def carry_over(title: str) -> None:
-    """Restore the shared widgets after a page switch, which drops the URL's query string.
-
-    Widgets are per page, so the new page's ones would start at their defaults without this.
-    """
-    saved = st.session_state.setdefault("shared_values", {})
-    if st.session_state.get("page") not in (None, title):
-        for k in SHARED:
-            if k in saved and k not in st.query_params:
-                st.session_state[k] = saved[k]
-    st.session_state["page"] = title
-
-
-def remember(*keys: str) -> None:
-    """Keep the shared widgets' current values for the next page."""
-    saved = st.session_state.setdefault("shared_values", {})
-    saved.update({k: st.session_state[k] for k in keys if k in st.session_state})
-
-
 def use_app_navigation() -> None:
     """Run every page through app.py's ``st.navigation`` (which names the home page "Home").
 
@@ -377,7 +355,7 @@ def use_app_navigation() -> None:
 
     if PagesManager.uses_pages_directory:
         PagesManager.uses_pages_directory = False
-        if "page" not in st.session_state:  # set by carry_over on every run after the first
+        if "page" not in st.session_state:  # set by links.carry_over on every run after the first
             st.rerun()
 
 
@@ -391,7 +369,7 @@ def chat_option(model) -> bool:
                          help="Run the text as the user's turn of the model's own chat template, ready for its "
                               "answer, as an instruct model is used. The template's tokens show as tokens, and "
                               "hide with the special tokens.")
-    remember("chat")
+    links.remember("chat")
     return bool(on)
 
 
@@ -412,9 +390,9 @@ def frame(title: str, tracer=None, whole: bool = False, chat: bool = False) -> F
     st.markdown(f"<style>{LAYOUT_CSS}</style>", unsafe_allow_html=True)  # our own constants, no user text
     links.read_link()
     heads.follow_click()
-    carry_over(title)
+    links.carry_over(title)
     key, text = sidebar()
-    remember("model", "text")
+    links.remember("model", "text")
     links.check_link(key, model_options()[0], offered)
     key = instead_of_refused(entered(key))
     cap = None if whole else page_cap()  # the tokens this page reads
@@ -552,5 +530,5 @@ def layer_head(n_layers: int, n_heads: int, with_mean: bool = False) -> tuple[in
     head = c2.selectbox("Head", heads, key="head", bind="query-params", **default)
     links.check_link_index("layer", layer, n_layers)
     links.check_link_index("head", head, n_heads)
-    remember("layer", "head")
+    links.remember("layer", "head")
     return int(layer), (None if head == "mean" else int(head))

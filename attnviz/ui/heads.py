@@ -7,6 +7,8 @@ from functools import partial
 
 import streamlit as st
 
+from attnviz.ui import links
+
 ATTENTION_PAGE = "pages/1_Attention.py"
 _PENDING = "open_head_page"  # session-state key: the page a click asked to open and its head, opened on the next run
 
@@ -24,9 +26,9 @@ def open_head(layer: int, head: int, page: str | None = None, at: dict | None = 
     that page on the next run (call from a widget's callback: a chart's click, a button's "Open"), its address
     carrying ``at`` too (the long view's ``token`` and ``zoom_start``: a position to open at)."""
     st.session_state["layer"], st.session_state["head"] = layer, head
-    # A page switch restores the pickers from the values kept for the next page (frame.carry_over):
+    # A page switch restores the pickers from the values kept for the next page (links.carry_over):
     # keep the clicked head there too, or the next page reopens whatever head was shown before.
-    st.session_state.setdefault("shared_values", {}).update(layer=layer, head=head)
+    links.remember("layer", "head")
     if page is not None:
         st.session_state[_PENDING] = (page, layer, head, dict(at or {}))
 
@@ -50,7 +52,7 @@ def head_chart(fig, key: str, n_heads: int, page: str | None = ATTENTION_PAGE, w
 def open_text(text: str, layer: int, head: int, page: str = ATTENTION_PAGE, at: dict | None = None) -> None:
     """A button's callback: open ``text`` at (layer, head) on ``page`` (``at``: as ``open_head`` takes it)."""
     st.session_state["text"] = text
-    st.session_state.setdefault("shared_values", {})["text"] = text
+    links.remember("text")
     open_head(layer, head, page, at)
 
 

@@ -1,6 +1,7 @@
-"""The link that reproduces a view: its parameters read and checked, and the notes on what it could not carry.
+"""The link that reproduces a view: its parameters read and checked, the notes on what it could not carry, and the
+shared widgets' values carried from page to page (this module alone reads and writes them).
 
-The frame binds ``model``, ``text``, ``layer`` and ``head`` to the URL. Streamlit drops a link's
+The frame binds the shared widgets (``LINK_KEYS``) to the URL. Streamlit drops a link's
 invalid values without a word, so a session's first run keeps the raw query parameters
 (``read_link``) and the frame compares them with what its widgets ended up with.
 """
@@ -15,8 +16,9 @@ import streamlit as st
 from attnviz.ui.access import max_chars, public
 from attnviz.ui.escape import code
 
-LINK_KEYS = ("model", "text", "layer", "head")
+LINK_KEYS = ("model", "text", "layer", "head", "chat")  # the shared widgets, bound to the URL on every page
 _LINK = "_link"  # session-state key of the link's raw parameters and pending fallback
+_SAVED = "shared_values"  # session-state key of the shared widgets' values, kept for the next page
 
 
 def note(message: str) -> None:
@@ -193,3 +195,22 @@ def link(**state) -> str:
     if base and not urlsplit(base).path:
         base += "/"  # the home page's address comes without its slash
     return f"{base}?{urlencode(params)}"
+
+
+def carry_over(title: str) -> None:
+    """Restore the shared widgets after a page switch, which drops the URL's query string.
+
+    Widgets are per page, so the new page's ones would start at their defaults without this.
+    """
+    saved = st.session_state.setdefault(_SAVED, {})
+    if st.session_state.get("page") not in (None, title):
+        for k in LINK_KEYS:
+            if k in saved and k not in st.query_params:
+                st.session_state[k] = saved[k]
+    st.session_state["page"] = title
+
+
+def remember(*keys: str) -> None:
+    """Keep the shared widgets' current values for the next page."""
+    saved = st.session_state.setdefault(_SAVED, {})
+    saved.update({k: st.session_state[k] for k in keys if k in st.session_state})
