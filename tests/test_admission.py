@@ -237,7 +237,7 @@ def test_a_session_keeps_no_trace_once_the_caches_let_go(page):
     from streamlit.testing.v1 import AppTest
 
     from attnviz.core.trace import AttentionTrace
-    from attnviz.ui import derived, long
+    from attnviz.ui import derived, traces
 
     at = AppTest.from_file("../app.py", default_timeout=300)
     at.switch_page(page)
@@ -248,8 +248,8 @@ def test_a_session_keeps_no_trace_once_the_caches_let_go(page):
         at.text_area(key="text").set_value(text).run()
         assert not at.exception, at.exception
     st.cache_resource.clear()
+    traces.STORE.clear()  # the one store of traces: cell by cell and long
     derived.clear()
-    long._LONG.clear()
     gc.collect()
     alive = [o for o in gc.get_objects() if isinstance(o, AttentionTrace) and o.text in texts]
     assert at.session_state["text"] and not alive, len(alive)  # the session is still open
@@ -397,14 +397,12 @@ def test_the_frame_cache_traces_count_against_the_memory_setting_and_make_room(m
     """A page's kept trace is held memory; a job that fits only without it drops it from the cache."""
     import gc
 
-    import streamlit as st
-
-    from attnviz.ui import frame, jobs, long
+    from attnviz.core.trace import AttentionTrace
+    from attnviz.ui import frame, jobs, traces
 
     monkeypatch.setenv("ATTNVIZ_MAX_TOKENS", "4096")
     monkeypatch.setenv("ATTNVIZ_HEAVY_TOKENS", "100000")  # outside a script run: no line to wait in
-    st.cache_resource.clear()
-    long._LONG.clear()
+    traces.STORE.clear()
     gc.collect()
     before = jobs.held_mb()
     text = document(510, 300)
@@ -424,4 +422,5 @@ def test_the_frame_cache_traces_count_against_the_memory_setting_and_make_room(m
     worker.start()
     worker.join(30)
     assert held and held[0] < mb + 1e-6, (held, mb)
-    assert not [t for t in frame._MADE.values() if t.text == text]  # dropped from the cache and freed
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, AttentionTrace) and o.text == text]  # dropped and freed

@@ -1,6 +1,7 @@
 """attnviz's folders run one way: every import (function-level ones included) points down the layers, none
 forms a circle, and only Streamlit's own layer imports Streamlit; models are kept in one cache, the library's
-(``attnviz.backends.load``), never in a second one that a decorator hides.
+(``attnviz.backends.load``), never in a second one that a decorator hides; traces are kept in one store
+(``attnviz.ui.traces``), the one that registers with the job line and evicts.
 
 The order, lowest first, is the one shared/ARCHITECTURE.md draws; a module may import its own folder and any
 folder below it. Read from the source with ``ast``, so an import hidden inside a function counts.
@@ -198,3 +199,54 @@ def test_the_cache_check_can_fail(tmp_path):
         "@st.cache_resource(max_entries=4)\ndef b(key):\n    model = backends.load(key)\n    return model\n"
         "@st.cache_resource\ndef c(key, text):\n    trace = get_model(key).trace(text)\n    return trace\n")
     assert [line.split()[-1] for line in cached_loaders(probe)] == ["a", "b"]
+
+
+# Traces are kept in one store (attnviz/ui/traces.py): the only module that registers with the job line's memory
+# count (``jobs.keeper``), defines an eviction, or holds values in a table of its own (a weak-valued table, an ordered
+# dict); a caching decorator over a forward anywhere would be a second store of traces, with its own bound.
+TRACE_STORE = PACKAGE / "ui" / "traces.py"
+FORWARDS = {"trace", "run_with_trace", "trace_with_survey", "build_trace", "get_trace", "long_trace"}
+TABLES = {"WeakValueDictionary", "OrderedDict"}
+
+
+def trace_keeping(path: Path) -> list[str]:
+    """``path:line what`` of every place ``path`` keeps traces itself: a keeper registered, an eviction defined, a
+    table of values made, a forward under a caching decorator."""
+    found, where = [], path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and _name(node) == "keeper":
+            found.append(f"{where}:{node.lineno} jobs.keeper")
+        elif isinstance(node, ast.Call) and _name(node) in TABLES:
+            found.append(f"{where}:{node.lineno} {_name(node)}")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if "evict" in node.name:
+                found.append(f"{where}:{node.lineno} {node.name}")
+            if any(_name(d) in CACHES for d in node.decorator_list) and any(
+                    isinstance(n, ast.Call) and _name(n) in FORWARDS for n in ast.walk(node)):
+                found.append(f"{where}:{node.lineno} cached {node.name}")
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES + APP if p != TRACE_STORE], ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_second_store_of_traces(path):
+    assert not trace_keeping(path), f"a second store of traces (use attnviz.ui.traces): {trace_keeping(path)}"
+
+
+def test_the_store_registers_once():
+    """The store itself: one keeper, and the one eviction the job line calls."""
+    found = [line.split()[-1] for line in trace_keeping(TRACE_STORE)]
+    assert found.count("jobs.keeper") == 1 and found.count("evict") == 1, found
+
+
+def test_the_store_check_can_fail(tmp_path):
+    """A second keeper, an eviction, a weak table and a cached forward are each found."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import weakref\nimport streamlit as st\nfrom attnviz.ui import jobs\n"
+        "_MADE = weakref.WeakValueDictionary()\n"
+        "def _evict():\n    return False\n"
+        "jobs.keeper(lambda: 0.0, _evict)\n"
+        "@st.cache_resource(max_entries=8)\ndef _cached(key, text):\n    return get_model(key).trace(text)\n"
+        "@st.cache_resource\ndef model(key):\n    return 1\n")
+    assert sorted(line.split(maxsplit=1)[-1] for line in trace_keeping(probe)) == [
+        "WeakValueDictionary", "_evict", "cached _cached", "jobs.keeper"], trace_keeping(probe)

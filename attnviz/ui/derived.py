@@ -1,32 +1,19 @@
 """Views derived from a trace (display options applied, rollout, head statistics), shared by all sessions.
 
-A view can be as large as its trace, so a copy per session grew with the visitors. Here every session asks one
-cache, bounded in bytes (ATTNVIZ_MAX_VIEWS_MB): sessions looking at the same trace with the same options share one
-view, and the least recently used go first.
+A view is large (a trace's worth of arrays with "hide special tokens" on), so sessions do not keep their own: every
+session asks one cache, bounded in bytes (ATTNVIZ_MAX_VIEWS_MB): sessions looking at the same trace with the same
+options share one view, and the least recently used go first. It is the trace store's LRU (ui/traces.py) with its
+own budget: a view is not a trace the job line could drop.
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
-from collections import OrderedDict
-
 
 from attnviz import settings
+from attnviz.ui.traces import LRU
 
-_lock = threading.Lock()
-_items: OrderedDict = OrderedDict()  # (id(trace), what) -> (reference to the trace, value, bytes)
-
-
-def nbytes(value) -> int:
-    """The bytes of the arrays and traces inside ``value`` (anything with ``nbytes``; tuples, lists, dicts of them)."""
-    if isinstance(getattr(value, "nbytes", None), int):  # numpy and torch arrays, traces
-        return value.nbytes
-    if isinstance(value, dict):
-        return sum(nbytes(v) for v in value.values())
-    if isinstance(value, (tuple, list)):
-        return sum(nbytes(v) for v in value)
-    return 0
+_views = LRU(budget_mb=settings.max_views_mb)  # (id(trace), what) -> (reference to the trace, view)
 
 
 def _ref(trace):
@@ -42,37 +29,23 @@ def derived(trace, what, compute):
     Entries are keyed by the trace's identity, checked through a weak reference, so a new trace never gets
     an old trace's view, and a session's own trace (a model trained on the Train page) only its own.
     """
-    key = (id(trace), what)
-    with _lock:
-        hit = _items.get(key)
-        if hit is not None and hit[0]() is trace:
-            _items.move_to_end(key)
-            return hit[1]
-    value = compute()  # outside the lock: other sessions' views are not held up
-    size, budget = nbytes(value), settings.max_views_mb() * 2**20
-    with _lock:
-        _items.pop(key, None)
-        if size <= budget:
-            _items[key] = (_ref(trace), value, size)
-        total = sum(item[2] for item in _items.values())
-        while total > budget:
-            total -= _items.popitem(last=False)[1][2]
+    value = held(trace, what)
+    if value is None:
+        value = compute()  # outside the lock: other sessions' views are not held up
+        _views.put((id(trace), what), (_ref(trace), value))
     return value
 
 
 def held(trace, what):
     """The view of ``trace`` described by ``what`` if the cache holds it, else None (nothing is computed)."""
-    with _lock:
-        hit = _items.get((id(trace), what))
-        return hit[1] if hit is not None and hit[0]() is trace else None
+    hit = _views.get((id(trace), what))
+    return hit[1] if hit is not None and hit[0]() is trace else None
 
 
 def held_bytes() -> int:
     """Bytes of views the cache holds now, all sessions together."""
-    with _lock:
-        return sum(item[2] for item in _items.values())
+    return _views.held_bytes()
 
 
 def clear() -> None:
-    with _lock:
-        _items.clear()
+    _views.clear()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import weakref
 from functools import partial
 from contextlib import nullcontext
 from typing import NamedTuple
@@ -26,6 +25,7 @@ from attnviz.ui import access, collect, heads, jobs, links, uploads
 from attnviz.ui.display import MODEBAR_CSS
 from attnviz.ui.escape import plain
 from attnviz.ui.readable import unknown_note
+from attnviz.ui.traces import STORE
 
 log = logging.getLogger("attnviz")
 
@@ -105,53 +105,6 @@ def page_cap() -> int:
     return min(settings.page_tokens(), max_tokens())
 
 
-# Traces are frozen with read-only arrays, so one cached object can be shared safely between
-# sessions; cache_resource avoids cache_data's copy of the whole trace on every rerun. The entries are few and
-# each counts against ATTNVIZ_MAX_TRACE_MB.
-TRACES = 8  # the cache's entries
-# Every trace _cached_trace made that is still alive (kept by the cache, or drawn by a page), by its arguments: a
-# cached text is known without calling the cache, so a heavy forward waits in line before the cached function,
-# never inside it (Streamlit replays a cached function's element calls, the line's notice among them), and a trace
-# the cache dropped that a page still draws is kept again, not redone. _KEPT orders the cache's arguments, last used
-# last: the traces it keeps count against ATTNVIZ_MAX_TRACE_MB, and the job line evicts them. (Not every live one:
-# a view in ui/derived.py, bounded by ATTNVIZ_MAX_VIEWS_MB, may hold its trace, which no eviction here could free.)
-_MADE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_KEPT: dict = {}
-_made_lock = threading.Lock()
-
-
-@st.cache_resource(max_entries=TRACES, show_spinner=False)
-def _cached_trace(key: str, text: str, target: str | None, limit: int, chat: bool = False, _model=None):
-    args = (key, text, target, limit, chat)  # ``_model``, the key's backend when the caller holds it, is not hashed
-    with _made_lock:
-        trace = _MADE.get(args)
-    if trace is None:
-        model = get_model(key) if _model is None else _model
-        trace = model.trace(text, target, max_tokens=limit, **chat_kw(chat))
-        with _made_lock:
-            _MADE[args] = trace
-    return trace
-
-
-def _kept_mb() -> float:
-    with _made_lock:
-        return sum(t.nbytes for t in map(_MADE.get, list(_KEPT)) if t is not None) / 2**20
-
-
-def _evict() -> bool:
-    """Drop the least recently used trace of the cache; False when it keeps none."""
-    with _made_lock:
-        if not _KEPT:
-            return False
-        args = next(iter(_KEPT))
-        del _KEPT[args]
-    _cached_trace.clear(*args)
-    return True
-
-
-jobs.keeper(_kept_mb, _evict)
-
-
 def _admitted(model, text: str, cap: int):
     """A slot of the job line for a forward over ATTNVIZ_HEAVY_TOKENS tokens, with what its trace will hold;
     a shorter text runs at once."""
@@ -168,9 +121,12 @@ def session_models() -> dict:
 
 
 def register_session_model(key: str, backend) -> None:
-    """Make a freshly built model selectable on every page for this session."""
+    """Make a freshly built model selectable on every page for this session (a model trained again under the same
+    key is a new one: the traces of the one it replaces are forgotten)."""
+    old = session_models().get(key)
     session_models()[key] = backend
-    st.session_state.pop("session_traces", None)
+    if old is not None:
+        STORE.drop(lambda k: k[0] == "session" and k[1] == id(old))
 
 
 SESSION = "session:"  # the key prefix of models trained on the Train page, which last as long as their session
@@ -211,28 +167,21 @@ def offered(key: str):
 def get_trace(key: str, text: str, target: str | None = None, tokens: int | None = None, chat: bool = False,
               model=None):
     """The trace of ``text`` under model ``key`` (its first ``tokens`` tokens at most; ``chat``: in the model's chat
-    template), cached; session models are cached per session. ``key`` is normalised where it entered (the frame's
-    ``entered``); ``model``: its backend, when the caller resolved it already (else resolved here, when needed)."""
+    template), from the trace store (ui/traces.py); a session model's under its backend's identity. ``key`` is
+    normalised where it entered (the frame's ``entered``); ``model``: its backend, when the caller resolved it
+    already (else resolved here, when needed)."""
     cap = max_tokens() if tokens is None else min(tokens, max_tokens())
-    if key in session_models():
-        cache = st.session_state.setdefault("session_traces", {})
-        if (key, text, target, cap, chat) not in cache:
-            cache.clear()  # one entry: training pages change the model under the same key
-            model = session_models()[key] if model is None else model
-            with _admitted(model, text, cap):
-                cache[(key, text, target, cap, chat)] = model.trace(text, target, max_tokens=cap, **chat_kw(chat))
-        return cache[(key, text, target, cap, chat)]
-    args = (key, text, target, cap, chat)
-    with _made_lock:
-        made = _MADE.get(args)  # held while the cache is asked: found there, or kept again, never redone
-    with nullcontext() if made is not None else _admitted(get_model(key) if model is None else model, text, cap):
-        trace = _cached_trace(*args, model)
-    with _made_lock:
-        _KEPT.pop(args, None)
-        _KEPT[args] = None
-        while len(_KEPT) > TRACES:
-            del _KEPT[next(iter(_KEPT))]
-    return trace
+    own = key in session_models()
+    if own:
+        model = session_models()[key] if model is None else model
+    k = ("session", id(model)) if own else ("cells", key)
+
+    def compute():  # a heavy forward waits in line first, under this key's lock only
+        backend = get_model(key) if model is None else model
+        with _admitted(backend, text, cap):
+            return backend.trace(text, target, max_tokens=cap, **chat_kw(chat))
+
+    return STORE.make((*k, text, target, cap, chat), compute)
 
 
 def model_options() -> list[str]:
@@ -379,7 +328,7 @@ def frame(title: str, tracer=None, whole: bool = False, chat: bool = False) -> F
     A page draws the first ATTNVIZ_PAGE_TOKENS tokens of a text, cell by cell; ``whole``: every token the app takes
     (the Attention page, which pools a long text).
 
-    ``tracer(key, text, chat) -> trace | None`` may replace ``get_trace`` (the Attention page's long trace with its
+    ``tracer(key, text, chat, model) -> trace | None`` may replace ``get_trace`` (the Attention page's long trace with its
     survey, ui/long.py) and shows its own progress; None leaves the text to ``get_trace``. ``chat``: the page runs
     a decoder on a prompt, so it offers the model's chat template (``chat_option``).
     """
@@ -408,7 +357,7 @@ def frame(title: str, tracer=None, whole: bool = False, chat: bool = False) -> F
             with st.spinner(first_load_note(key) or f"Loading {key}…"):  # machine CPU the model needs
                 model = offered(key)
             chat = chat and chat_option(model)
-            trace = tracer(key, text, chat)
+            trace = tracer(key, text, chat, model)
             if trace is None:  # not the tracer's: the frame's own path
                 with st.spinner(f"Computing attention of {key}…"):
                     trace = get_trace(key, text, tokens=cap, chat=chat, model=model)

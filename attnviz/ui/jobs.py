@@ -2,7 +2,7 @@
 sessions, admitted by count and by memory.
 
 At most ATTNVIZ_MAX_JOBS run at once, and a job starts only while what the running jobs will hold plus the
-traces the caches keep stays under ATTNVIZ_MAX_TRACE_MB (kept traces go first, oldest first, to make room); a
+traces the store keeps (ui/traces.py) stays under ATTNVIZ_MAX_TRACE_MB (kept traces go first, oldest first, to make room); a
 job that cannot fit alone is refused up front with its number. The others wait in order and their visitors
 see their place in line. Waiting touches Streamlit every half second and working calls ``checkpoint()`` at every
 step (a tile of a long forward), so a job that is no longer wanted ends there: a rerun of the same session
@@ -37,16 +37,16 @@ class _Ticket:
 
 
 class _Keeper(NamedTuple):
-    held_mb: Callable[[], float]  # MB of traces alive now that a cache made
-    evict: Callable[[], bool]  # drop its oldest trace; False when it keeps none
+    held_mb: Callable[[], float]  # MB of traces alive now that the store made
+    evict: Callable[[], bool]  # drop its oldest entry; False when it keeps none
 
 
 _keepers: list[_Keeper] = []
 
 
 def keeper(held_mb: Callable[[], float], evict: Callable[[], bool]) -> None:
-    """Count the traces a cache made (kept, or still drawn by a page) against ATTNVIZ_MAX_TRACE_MB; ``evict``
-    makes room for a job that would not fit.
+    """Count the traces the store made (kept, or still drawn by a page) against ATTNVIZ_MAX_TRACE_MB; ``evict``
+    makes room for a job that would not fit. The trace store (ui/traces.py) registers once (tests/test_layers.py).
 
     Neither may call into this module (they run under its lock)."""
     _keepers.append(_Keeper(held_mb, evict))
@@ -63,7 +63,7 @@ def waiting() -> int:
 
 
 def held_mb() -> float:
-    """MB the running jobs will hold plus the traces the caches keep: what ATTNVIZ_MAX_TRACE_MB bounds."""
+    """MB the running jobs will hold plus the traces the store keeps: what ATTNVIZ_MAX_TRACE_MB bounds."""
     with _cond:
         return _held()
 

@@ -4,9 +4,7 @@ document, attention sinks and distance profiles)."""
 
 from __future__ import annotations
 
-import threading
 import time
-import weakref
 from functools import partial
 from typing import NamedTuple
 
@@ -17,14 +15,13 @@ import streamlit as st
 from attnviz import analysis, settings
 from attnviz.backends import footprint
 from attnviz.analysis.long import SURVEY_TILES, Reducer, Survey, block_size, survey, survey_tile, trace_with_survey, window
-from attnviz.backends import normalise
 from attnviz.core.tokens import clean
 from attnviz.figures import long as figs
 from attnviz.ui import jobs
-from attnviz.ui.derived import nbytes
 from attnviz.ui.display import CELLS  # up to CELLS tokens the Attention page draws every head cell by cell
 from attnviz.ui.frame import BAR_KEY, STILL_CSS, STOPPED_KEY, layer_head, max_tokens, resolve
 from attnviz.ui.heads import head_chart
+from attnviz.ui.traces import STORE, Kind, nbytes
 from attnviz.ui.escape import plain
 from attnviz.ui.links import linked_number
 
@@ -104,6 +101,7 @@ class _Bar:
 class _Survey(NamedTuple):
     reducer: Reducer  # the survey read during the forward
     surveys: dict  # overview size -> Survey
+    model: object = None  # the backend that made the trace (a session's own model is not another session's)
 
     @property
     def nbytes(self) -> int:
@@ -136,89 +134,69 @@ class _Stopped(NamedTuple):
 
 
 class _Entry(NamedTuple):
-    model: object  # the backend that made the trace (a session's own model is not another session's)
     trace: object
     survey: _Survey
 
 
-# The last two long traces with their surveys, shared by every session, keyed by (model key, text, limit). Not
-# st.cache_resource: it records the progress bar's calls and cannot replay them in another session. Every long
-# trace still alive (kept here, or by a page still drawing it) counts against ATTNVIZ_MAX_TRACE_MB: the job line
-# drops the oldest kept one to make room for a job.
-_LONG: dict = {}
-_lock = threading.Lock()
-# A trace's survey, found by its weights for as long as anything holds them: a page mid-run keeps its survey
-# though other sessions push its trace out of _LONG.
-_SURVEYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# Every long trace not yet freed, by (model key, text, limit, model): a trace pushed out of _LONG that a page still
-# draws is found again (a zoom's fragment rerun must not wait in line for room that its own trace takes).
-_LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-# What the last two stopped long forwards read whole, by (model key, text, limit, chat): a Stop, a rerun or a
-# closed tab mid-forward keeps it, and the next run of that text reads only the layers it lacks.
-_STOPPED: dict = {}
+# Long traces are entries of the trace store (ui/traces.py) keyed ("long", model key, text, limit, chat), their
+# survey attached to their weights for as long as anything holds them (a page mid-run keeps its survey though other
+# sessions push its trace out of the store); what a stopped long forward read whole is an entry keyed ("stopped", …):
+# a Stop, a rerun or a closed tab mid-forward keeps it, and the next run of that text reads only the layers it lacks.
+_SURVEYS = STORE.extras  # weights -> _Survey
+_LONG = Kind(STORE, "long", lambda trace: _Entry(trace, _SURVEYS.get(trace.stack(None).weights)))
+_STOPPED = Kind(STORE, "stopped")
 
 
-def _kept_mb() -> float:
-    with _lock:
-        return (sum(t.nbytes + _SURVEYS[t.stack(None).weights].nbytes for t in list(_LIVE.values()))
-                + sum(s.nbytes for s in _STOPPED.values())) / 2**20
+def _found(k: tuple, model):
+    """The long trace of key ``k`` that ``model`` made, kept or still alive, else None."""
+    trace = STORE.get(k)
+    if trace is None:
+        return None
+    paired = STORE.extra(trace.stack(None).weights)
+    return trace if paired is not None and paired.model is model else None
 
 
-def _evict() -> bool:
-    with _lock:
-        for kept in (_LONG, _STOPPED):
-            if kept:
-                kept.pop(next(iter(kept)))
-                return True
-        return False
-
-
-jobs.keeper(_kept_mb, _evict)
-
-
-def _known(key: str, text: str, limit: int, model, chat: bool = False) -> bool:
-    """Whether a long trace of ``text`` under ``model`` is kept or still alive (no need to count its tokens)."""
-    k = (normalise(key), text, limit, chat)
-    with _lock:
-        return (k in _LONG and _LONG[k].model is model) or _LIVE.get((*k, id(model))) is not None
-
-
-def tracer(key: str, text: str, chat: bool = False):
-    """The Attention page's tracer (``frame(tracer=…)``): over CELLS tokens (counted by the model's tokenizer before
-    any forward), the long trace with its survey; else None, and the frame traces the text for the cell-by-cell
-    explorer. A text is traced once, one way or the other. ``chat``: in the model's chat template."""
-    model, cap = resolve(key), max_tokens()
-    if not (_known(key, text, cap, model, chat) or model.limit(cap) > CELLS
+def tracer(key: str, text: str, chat: bool = False, model=None):
+    """The Attention page's tracer (``frame(tracer=…)``, which hands it the key's backend ``model``): over CELLS
+    tokens (counted by the model's tokenizer before any forward), the long trace with its survey; else None, and the
+    frame traces the text for the cell-by-cell explorer. A text is traced once, one way or the other. ``chat``: in
+    the model's chat template."""
+    model, cap = resolve(key) if model is None else model, max_tokens()
+    if not (_found(("long", key, text, cap, chat), model) is not None or model.limit(cap) > CELLS
             and footprint.n_tokens(model, text, cap, chat) > CELLS):
         return None
     st.markdown(f"<style>{STILL_CSS}</style>", unsafe_allow_html=True)  # our own constant, no user text
-    return long_trace(key, text, cap, chat)
+    return long_trace(key, text, cap, chat, model)
 
 
 def is_long(trace) -> bool:
     """Whether ``trace`` was made by ``long_trace`` (the Attention page shows it with ``explore``)."""
-    with _lock:
-        return trace.stack(None).weights in _SURVEYS
+    return STORE.extra(trace.stack(None).weights) is not None
 
 
-def long_trace(key: str, text: str, limit: int, chat: bool = False):
-    """The trace of ``text`` (up to ``limit`` tokens; ``chat``: in the model's chat template) with a survey of every
-    head read during the same forward (``capture.reducing``: each weight is computed once), a progress bar while it
-    runs. A forward stopped (Stop, a rerun, a closed tab) keeps the survey's layers it read whole, as its message
-    says: the next run of this text runs the model again but reads only the other layers' heads (the part of the
-    forward that costs most), to the survey an uninterrupted run reads."""
-    model = resolve(key)
-    k = (normalise(key), text, limit, chat)
-    with _lock:
-        if k in _LONG and _LONG[k].model is model:
-            return _LONG[k].trace
-        alive = _LIVE.get((*k, id(model)))
-        if alive is not None:
-            _keep(k, _Entry(model, alive, _SURVEYS[alive.stack(None).weights]))
-            return alive
+def long_trace(key: str, text: str, limit: int, chat: bool = False, model=None):
+    """The trace of ``text`` (up to ``limit`` tokens; ``chat``: in the model's chat template) under ``key``'s backend
+    ``model`` (resolved here when not given) with a survey of every head read during the same forward
+    (``capture.reducing``: each weight is computed once), a progress bar while it runs. Two sessions asking the same
+    text at once run it once. A forward stopped (Stop, a rerun, a closed tab) keeps the survey's layers it read
+    whole, as its message says: the next run of this text runs the model again but reads only the other layers'
+    heads (the part of the forward that costs most), to the survey an uninterrupted run reads."""
+    model = resolve(key) if model is None else model
+    k = ("long", key, text, limit, chat)
+    trace = _found(k, model)
+    if trace is not None:
+        return trace
+    with STORE.making(k):  # the store's lock is not held: the forward waits in line below
+        trace = _found(k, model)
+        if trace is None:
+            trace = _read(k, model, text, limit, chat)
+    return trace
+
+
+def _read(k: tuple, model, text: str, limit: int, chat: bool):
+    """``long_trace``'s forward, kept in the store with its survey."""
     n = footprint.n_tokens(model, text, limit, chat)
-    with _lock:
-        stopped = _STOPPED.pop(k, None)
+    stopped = STORE.pop(("stopped", *k[1:]))
     kept = stopped.layers if stopped is not None and stopped.model is model else []
     L = model.n_layers
     rest = "all its heads" if not kept else "the heads of its last " + (
@@ -232,33 +210,19 @@ def long_trace(key: str, text: str, limit: int, chat: bool = False):
     except BaseException:  # a Stop, a rerun, a closed tab: the layers read whole wait for this text's next run
         whole = bar.keeps(reducer.whole())
         if whole:
-            with _lock:
-                _STOPPED[k] = _Stopped(model, whole)
-                while len(_STOPPED) > 2:
-                    _STOPPED.pop(next(iter(_STOPPED)))
+            STORE.put(("stopped", *k[1:]), _Stopped(model, whole))
         raise
     bar.done()
     reducer.progress = None  # the bar is this run's: a shared survey must not keep it
-    paired = _Survey(reducer, {})
-    with _lock:
-        _LIVE[(*k, id(model))] = trace
-        _SURVEYS[trace.stack(None).weights] = paired
-        _keep(k, _Entry(model, trace, paired))
+    STORE.attach(trace.stack(None).weights, _Survey(reducer, {}, model))
+    STORE.put(k, trace)
     return trace
-
-
-def _keep(k, entry: _Entry) -> None:
-    """Keep ``entry`` in _LONG (under _lock), dropping the oldest beyond two."""
-    _LONG[k] = entry
-    while len(_LONG) > 2:  # a very long trace holds gigabytes
-        _LONG.pop(next(iter(_LONG)))
 
 
 def cached_survey(stack, overview: int) -> Survey:
     """The survey of ``stack`` (a long trace's self-attention): the one read during its forward, or, for a model
     whose attention the forward could not hand over (held eager), one pass over its weights with a progress bar."""
-    with _lock:
-        entry = _SURVEYS.get(stack.weights)
+    entry = STORE.extra(stack.weights)
     if entry is None:
         raise ValueError("this trace was not made by long_trace")
     if overview not in entry.surveys:
