@@ -24,4 +24,4 @@ USER attnviz
 EXPOSE 7860 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=90s --retries=3 \
     CMD python -c "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ['PORT'] + '/_stcore/health', timeout=4)"
-CMD ["sh", "-c", "exec streamlit run app.py --server.headless true --server.address 0.0.0.0 --server.port ${PORT}"]
+CMD ["sh", "-c", "exec python -m attnviz.ui.serve --server.headless true --server.address 0.0.0.0 --server.port ${PORT}"]

@@ -88,6 +88,7 @@ def test_the_dockerfiles_steps_install_and_start_a_healthy_app(tmp_path):
 
     cmd = shlex.split(next(r for w, r in steps if w == "CMD").replace("[", "").replace("]", "").replace(",", " "))
     assert cmd[:2] == ["sh", "-c"] and "0.0.0.0" in cmd[2]
+    assert "python -m attnviz.ui.serve" in cmd[2]  # the server's limits (long links, upload caps) set before it serves
     port = free_port()
     # The container listens on every interface; a test on a shared machine listens on loopback only.
     server = subprocess.Popen(["sh", "-c", cmd[2].replace("0.0.0.0", "127.0.0.1")], cwd=context,
