@@ -73,3 +73,17 @@ def test_a_200_kb_link_in_chromium_gets_the_apps_word_on_its_length(served, page
     alert = page.get_by_text("The link's text has 200,000 characters")
     alert.wait_for(timeout=120_000)
     assert "only the first" in alert.inner_text()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("kb", [600, 2000])
+def test_a_link_streamlit_drops_whole_still_gets_a_note(served, page, kb):
+    """Over Streamlit's 512 Ki characters the whole query string is dropped before the app runs: the page says how
+    long the link was and that none of it was used, and the address no longer carries it."""
+    query = "text=" + "a" * (kb * 1000 - 5)
+    page.goto(served + "/?" + query, timeout=120_000)
+    alert = page.get_by_text(f"This link has {len(query):,} characters, over the 524,288 Streamlit reads")
+    alert.wait_for(timeout=120_000)
+    assert "none of it could be used" in alert.inner_text()
+    page.wait_for_function("() => !location.search.includes('aaaa')", timeout=30_000)
+    assert "link_dropped" not in page.url

@@ -18,6 +18,7 @@ from attnviz.ui.escape import code
 
 LINK_KEYS = ("model", "text", "layer", "head", "chat")  # the shared widgets, bound to the URL on every page
 _LINK = "_link"  # session-state key of the link's raw parameters and pending fallback
+DROPPED = "link_dropped"  # stands for a query string Streamlit dropped whole (install)
 _SAVED = "shared_values"  # session-state key of the shared widgets' values, kept for the next page
 
 
@@ -26,27 +27,54 @@ def note(message: str) -> None:
     st.warning(message, icon=":material/link:")  # a font icon: no emoji font needed
 
 
+def install() -> None:
+    """Have a query string Streamlit drops whole (over its 512 Ki characters or 1,000 parameters, with only a line in
+    the server log) arrive as one parameter, DROPPED, saying how long it was, so the page can say why none of the
+    link was used. Called as the server starts (``python -m attnviz.ui.serve``) and at every page run."""
+    from streamlit.runtime import app_session
+    from streamlit.runtime.state.query_params import sanitize_query_string
+
+    if getattr(app_session.sanitize_query_string, "attnviz", False):
+        return
+
+    def marked(query_string: str) -> str:
+        kept = sanitize_query_string(query_string)
+        if query_string and not kept:
+            return f"{DROPPED}={len(query_string)}.{query_string.count('&') + 1}"  # characters.parameters
+        return kept
+
+    marked.attnviz = True
+    app_session.sanitize_query_string = marked
+
+
 def _over_limit() -> str | None:
     """Why Streamlit ignored this run's whole query string (too long, too many parameters), or None."""
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
     from streamlit.runtime.state import query_params as qp
 
-    ctx = get_script_run_ctx()
-    raw = getattr(ctx, "query_string", "") or ""
     longest = getattr(qp, "CLIENT_STATE_QUERY_STRING_MAX_LENGTH", 512 * 1024)
     most = getattr(qp, "CLIENT_STATE_QUERY_STRING_MAX_FIELDS", 1000)
-    if len(raw) > longest:
-        return f"{len(raw):,} characters, over the {longest:,} Streamlit reads"
-    if raw.count("&") + 1 > most:
-        return f"{raw.count('&') + 1:,} parameters, over the {most:,} Streamlit reads"
-    return None
+    size = st.query_params.get(DROPPED)
+    if size is None:  # not marked: a run handed its query string whole (AppTest) may still be over the limits
+        from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+        raw = getattr(get_script_run_ctx(), "query_string", "") or ""
+        size = f"{len(raw)}.{raw.count('&') + 1}"
+    else:
+        st.query_params.pop(DROPPED)  # out of the address: the link it stood for is gone
+    chars, _, fields = size.partition(".")
+    if not (chars.isdigit() and fields.isdigit()) or int(chars) <= longest and int(fields) <= most:
+        return None
+    if int(chars) > longest:
+        return f"{int(chars):,} characters, over the {longest:,} Streamlit reads"
+    return f"{int(fields):,} parameters, over the {most:,} Streamlit reads"
 
 
 def read_link() -> None:
     """Call at the top of every run: keeps a new session's raw link parameters and applies a fallback."""
+    install()
     link = st.session_state.get(_LINK)
     if link is None:
-        raw = {k: st.query_params.get_all(k) for k in {*LINK_KEYS, *st.query_params.keys()}}  # pages' own keys too
+        raw = {k: st.query_params.get_all(k) for k in {*LINK_KEYS, *st.query_params.keys()} - {DROPPED}}  # pages' keys too
         st.session_state[_LINK] = {"raw": raw, "fresh": True}
         if why := _over_limit():  # Streamlit dropped the whole link without a word
             note(f"This link has {why}, so none of it could be used; showing the default view.")

@@ -9,6 +9,8 @@ Streamlit runs none of the app's code until a visitor's first page run, and two 
   LINK_BYTES instead: more than the 2 MB Chromium sends, so every link a browser sends reaches the app.
   (httptools could not replace it: its URL parser refuses any URL over 64 KiB.)
 - the upload caps (ui/uploads.py) are installed as the server starts, so no PUT to the upload route passes uncapped.
+- Streamlit drops a query string over 512 Ki characters whole, with only a line in its log: ``links.install`` has it
+  arrive as a note of its length, so the first visitor of a 600 KB link hears why nothing of it was used.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import uvicorn.protocols.http.h11_impl as h11_impl
 from streamlit.web import cli
 from streamlit.web.server import server
 
-from attnviz.ui import uploads
+from attnviz.ui import links, uploads
 
 LINK_BYTES = 4 * 2**20  # a request's line and headers, whole: twice Chromium's 2 MB URL limit
 APP = Path(__file__).resolve().parents[2] / "app.py"
@@ -29,6 +31,7 @@ APP = Path(__file__).resolve().parents[2] / "app.py"
 def prepare() -> None:
     """Set the limits above for the server about to start in this process."""
     h11_impl.DEFAULT_MAX_INCOMPLETE_EVENT_SIZE = LINK_BYTES  # read by every new connection's parser
+    links.install()  # a link Streamlit drops whole (over 512 Ki characters) is still said to have been dropped
     start = server.Server.start
     if getattr(start, "attnviz", False):
         return
