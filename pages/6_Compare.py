@@ -16,7 +16,7 @@ from attnviz.core.tokens import labels
 from attnviz.ui import access
 from attnviz.ui.escape import plain
 from attnviz.ui.display import token_window
-from attnviz.ui.frame import frame, get_trace, layer_head, model_options, offered
+from attnviz.ui.frame import entered, frame, get_trace, layer_head, model_options, offered
 
 log = logging.getLogger("attnviz")
 
@@ -32,10 +32,9 @@ model_b = c1.selectbox("Model B", model_options(), index=None, key="model_b", bi
                        accept_new_options=not access.locked(), placeholder=f"same as A ({f.key})")
 text_b = c2.text_area("Text B", key="text_b", bind="query-params", height=100, max_chars=access.max_chars(),
                       placeholder="same as A", help="Press Ctrl+Enter (or click outside) to run.")
-key_b, text_b = model_b or f.key, text_b if text_b.strip() else f.text
+key_b, text_b = entered(model_b or f.key), text_b if text_b.strip() else f.text  # the key's one spelling, as A's
 try:
-    offered(key_b)
-    trace_b = get_trace(key_b, check_text(text_b), tokens=settings.page_tokens())  # A's cap: cell by cell too
+    trace_b = get_trace(key_b, check_text(text_b), tokens=settings.page_tokens(), model=offered(key_b))  # A's cap
 except ValueError as e:
     st.error(plain(f"B: {e}"))
     st.stop()

@@ -186,3 +186,10 @@ def test_compare_says_what_is_wrong_with_model_b():
     at = open_page("pages/6_Compare.py", text=TEXT, model_b="builtin:nope")
     assert not at.exception
     assert at.error[0].value.startswith("B: Unknown model 'builtin:nope'")
+
+
+def test_compare_reads_model_b_in_its_one_spelling():
+    """B's model typed with spaces around it is A's model: one spelling (``frame.entered``), so the page says B is A
+    rather than comparing a model with itself."""
+    at = ok(open_page("pages/6_Compare.py", text=TEXT, text_b=TEXT, model_b="  builtin:minilm  "))
+    assert any("B is the same as A" in i.value for i in at.info)
