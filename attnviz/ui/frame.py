@@ -23,6 +23,7 @@ from attnviz.backends.common import chat_kw, check_text
 from attnviz.data.samples import ALL_SAMPLES, samples_for
 from attnviz.ui import access, collect, heads, jobs, links, uploads
 from attnviz.ui.display import MODEBAR_CSS
+from attnviz.ui.progress import BAR_CSS
 from attnviz.ui.escape import plain
 from attnviz.ui.readable import unknown_note
 from attnviz.ui.traces import STORE
@@ -51,30 +52,15 @@ LAYOUT_CSS = (
     + MODEBAR_CSS  # a phone's chart toolbar in a strip above the chart, clear of its title
 )
 # A page whose forward runs for seconds (a tracer with its own progress: the Attention page's long trace, which puts
-# STILL_CSS on the page before it starts) moves nothing on the page
-# while it runs: a browser on the server's machine (a laptop demo, the benchmarks) draws every change on the CPU the
-# model needs.
-BAR_KEY = "progress_bar"  # the key prefix of the containers a tracer draws its progress bars in (ui/long.py)
-STOPPED_KEY = "stopped"  # the key prefix of what a Stop leaves in their place (ui/long.py)
-_RUNNING = 'body:has([data-testid="stStatusWidgetRunningIcon"])'  # while the app runs a script
+# STILL_CSS on the page before it starts) moves nothing on the page while it runs: a browser on the server's machine
+# (a laptop demo, the benchmarks) draws every change on the CPU the model needs.
 STILL_CSS = (
     # No CSS transitions (the stale fade, the bar's glides and the status widget's fade-in each cost the browser
     # CPU on every change). Stale elements still dim, in one step at Streamlit's 0.5 s.
     "*, *::before, *::after { transition: none !important; }"
     '[data-stale="true"] { transition: opacity 0s 0.5s !important; }'  # the element only: a rule on its descendants
     # made the browser restyle every node of its chart whenever it went stale or fresh
-    # The progress bar sits in the header, out of the page's flow: in the flow, its coming and going pushed the whole
-    # page down and back (every chart laid out and painted again), and a reader scrolled down could not see it.
-    # It stays clear of the sidebar on the left and of Streamlit's status and menu on the right; up to 768 px the
-    # sidebar starts collapsed, its button where the bar would start.
-    f'[class*="st-key-{BAR_KEY}"] {{ position: fixed; top: 0.75rem; z-index: 1000000;'
-    " width: clamp(8rem, calc(100vw - 30rem), 36rem); }"
-    f'@media (max-width: 768px) {{ [class*="st-key-{BAR_KEY}"] {{ margin-left: 3rem;'
-    " width: clamp(8rem, calc(100vw - 14rem), 36rem); } }"
-    # A Stop ends the script where it is: the bar froze over an empty page. Its message shows only once the app no
-    # longer runs, and the frozen bar goes.
-    f'{_RUNNING} [class*="st-key-{STOPPED_KEY}_"] {{ display: none; }}'
-    f'body:not(:has([data-testid="stStatusWidgetRunningIcon"])) [class*="st-key-{BAR_KEY}"] {{ display: none; }}'
+    + BAR_CSS  # the progress bar in the header, and what a Stop leaves shown only once the app no longer runs
 )
 
 

@@ -19,8 +19,9 @@ from attnviz.core.tokens import clean
 from attnviz.figures import long as figs
 from attnviz.ui import jobs
 from attnviz.ui.display import CELLS  # up to CELLS tokens the Attention page draws every head cell by cell
-from attnviz.ui.frame import BAR_KEY, STILL_CSS, STOPPED_KEY, layer_head, max_tokens, resolve
+from attnviz.ui.frame import STILL_CSS, layer_head, max_tokens, resolve
 from attnviz.ui.heads import head_chart
+from attnviz.ui.progress import BAR_KEY, STOPPED_KEY
 from attnviz.ui.traces import STORE, Kind, nbytes
 from attnviz.ui.escape import plain
 from attnviz.ui.links import linked_number
