@@ -1,6 +1,6 @@
 """Operator settings from environment variables, read at call time so a running app picks up changes.
 
-Every ATTNVIZ_* variable is read here (the app adds its host's secrets as a fallback, ui/share.py). A bad value
+Every ATTNVIZ_* variable is read here (the app adds its host's secrets as a fallback, ui/access.py). A bad value
 has one policy: a warning in the log naming the variable, the value and what is used instead — the setting's
 default — and never an error. Settings are read deep inside every request, so raising would turn an operator's
 typo into an error on every page for every visitor; the defaults are the bounds a fresh install runs with, so
@@ -224,7 +224,7 @@ def gc_every_s() -> float:
 
 
 # The app's visitors: what they may open and type. ``secret`` is the host's ``[attnviz]`` secret of the same
-# name (ui/share.py reads it), used where the variable is unset.
+# name (ui/access.py reads it), used where the variable is unset.
 
 DEFAULT_MAX_CHARS = 20_000
 
