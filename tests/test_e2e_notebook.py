@@ -37,7 +37,7 @@ KERNEL_IDLE = """(() => {
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """``lab(name, cell) -> URL``: a notebook of one cell in JupyterLab, on a free loopback port with a random
-    token."""
+    token, opened in a workspace of its own (the only notebook there, so the cells run are its)."""
     root = tmp_path_factory.mktemp("lab")
     port, token = free_port(), secrets.token_hex(16)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_RUNTIME_DIR": str(root / ".runtime"),
@@ -64,7 +64,7 @@ def lab(tmp_path_factory):
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, root / name)
-        return f"{url}/lab/tree/{name}?token={token}"
+        return f"{url}/lab/workspaces/{name.removesuffix('.ipynb')}/tree/{name}?token={token}"  # its own workspace
 
     yield notebook
     proc.terminate()
@@ -77,7 +77,7 @@ def run(page, url: str):
     page.goto(url)
     page.wait_for_function(KERNEL_IDLE, timeout=180_000, polling=250)
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    explorer = page.locator(".attnviz:visible").first  # the workspace may restore an earlier notebook, hidden
+    explorer = page.locator(".attnviz").first
     title = explorer.locator(".av-detail-title")
     title.wait_for(timeout=180_000)
     return explorer, title
