@@ -15,6 +15,7 @@ from attnviz.ui import interventions as ui
 from attnviz.ui.frame import frame, layer_head, offer_causal
 from attnviz.ui.heads import head_chart
 from attnviz.ui.jobs import slot
+from attnviz.ui.progress import Bar, again
 from attnviz.ui.escape import plain
 
 f = frame("Interventions", chat=True)
@@ -128,13 +129,14 @@ try:
     check_forwards(L * H + 2, "Head patching")
 except ValueError as e:
     st.info(plain(e))
-if st.button(f"Patch every head ({L * H + 2} forward passes)", key="patch", disabled=L * H + 2 > max_forwards()):
+if (st.button(f"Patch every head ({L * H + 2} forward passes)", key="patch", disabled=L * H + 2 > max_forwards())
+        or again("patching")):
     try:
         with slot("Head patching"):
-            bar = st.progress(0.0, text="Patching heads one at a time…")
+            bar = Bar("Patching heads one at a time…", "patching")
             result = patch_heads(f.model, f.text, corrupted, metric,
-                                 progress=lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"), chat=f.chat)
-        bar.empty()
+                                 progress=lambda k, n: bar(k / n, f"head {k} of {n}"), chat=f.chat)
+        bar.done()
         st.session_state["patching"] = ((f.key, f.text, corrupted, metric, f.chat), result)
     except ValueError as e:
         st.error(plain(e))

@@ -11,6 +11,7 @@ from attnviz.analysis.interventions import ZeroValue, editing
 from attnviz.settings import max_forwards
 from attnviz.ui.frame import frame, offer_causal, page_cap
 from attnviz.ui.jobs import slot
+from attnviz.ui.progress import Bar, again
 from attnviz.ui.escape import plain
 
 f = frame("Faithfulness", chat=True)
@@ -46,16 +47,16 @@ if n > max_forwards():
                "raise the budget with ATTNVIZ_MAX_FORWARDS.")
     st.stop()
 asked = (f.key, f.text, target, steps, f.chat)
-if st.button(f"Explain the prediction ({n:,} forward passes)", key="faith_run"):
+if st.button(f"Explain the prediction ({n:,} forward passes)", key="faith_run") or again("faithfulness"):
     with slot("Faithfulness"):
-        bar = st.progress(0.0, text="Running the model…")
+        bar = Bar("Running the model…", "faithfulness")
         try:
             st.session_state["faithfulness"] = (asked, explain(
-                f.model, f.text, target, steps, lambda k, total: bar.progress(k / total, text=f"pass {k} of {total}"),
+                f.model, f.text, target, steps, lambda k, total: bar(k / total, f"pass {k} of {total}"),
                 page_cap(), lambda j: editing([ZeroValue(j)]), f.chat))
         except ValueError as e:
             st.error(plain(e))
-    bar.empty()
+    bar.done()
 done = st.session_state.get("faithfulness")
 if not done or done[0] != asked:
     st.stop()

@@ -14,6 +14,7 @@ from attnviz.ui.derived import derived, held
 from attnviz.ui.frame import frame, page_cap
 from attnviz.ui.heads import head_chart
 from attnviz.ui.jobs import slot
+from attnviz.ui.progress import Bar, again
 from attnviz.ui.escape import plain
 
 f = frame("Analysis")
@@ -94,12 +95,12 @@ else:
         check_forwards(L * H + 1, "Head importance by ablation")
     except ValueError as e:  # refused before the button is offered: the operator's budget of forward passes
         st.info(plain(e))
-    if st.button(f"Compute importance ({L * H} forward passes)", key="ablate", disabled=L * H + 1 > max_forwards()):
+    if (st.button(f"Compute importance ({L * H} forward passes)", key="ablate", disabled=L * H + 1 > max_forwards())
+            or again("ablation")):
         with slot("Head importance"):
-            bar = st.progress(0.0, text="Removing heads one at a time…")
-            scores, _ = head_importance(
-                f.model, f.text, lambda k, n: bar.progress(k / n, text=f"head {k} of {n}"), page_cap())
-        bar.empty()
+            bar = Bar("Removing heads one at a time…", "ablation")
+            scores, _ = head_importance(f.model, f.text, lambda k, n: bar(k / n, f"head {k} of {n}"), page_cap())
+        bar.done()
         done = derived(f.trace, "ablation", lambda: scores)
     if done is not None:
         head_chart(head_map(done, "importance · click a head to open it", colorscale=DIVERGING,

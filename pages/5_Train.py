@@ -13,6 +13,7 @@ from attnviz.core.tokens import labels
 from attnviz.training.loop import TrainConfig, train
 from attnviz.ui.frame import SESSION, frame, register_session_model, session_models
 from attnviz.ui.jobs import slot
+from attnviz.ui.progress import Bar, again
 from attnviz.ui.escape import code, plain
 
 TITLES = {
@@ -45,13 +46,14 @@ def use_model(key: str) -> None:
 
 
 def live(curves, on_eval=None):
-    """A progress bar and curves redrawn as training reports; ``on_eval(progress)`` below them at evaluations."""
-    bar, chart, below = st.progress(0.0, "starting…"), st.empty(), st.empty()
+    """A progress bar (a Stop ends training at the next report) and curves redrawn as training reports;
+    ``on_eval(progress)`` below them at evaluations."""
+    bar, chart, below = Bar("Training…", "training"), st.empty(), st.empty()
     rows = []
 
     def on_step(p):
         rows.append(p.row())
-        bar.progress(p.step / p.steps, f"step {p.step} / {p.steps} · loss {p.loss:.4f}")
+        bar(p.step / p.steps, f"step {p.step} / {p.steps} · loss {p.loss:.4f}")
         chart.plotly_chart(curves(rows), key=f"train_curve_{p.step}")
         if p.model is not None and on_eval is not None:
             with below.container():
@@ -151,7 +153,7 @@ if left < 10:
 elif steps > left:
     st.caption(f"This session may train {left:,} more steps: a run stops there.")
 
-if st.button("Train", type="primary", key="train_go", disabled=left < 10):
+if st.button("Train", type="primary", key="train_go", disabled=left < 10) or (again("training") and left >= 10):
     steps = min(int(steps), left)
     with slot("This training"):
         st.session_state["train_steps_used"] = used + steps  # counted when it starts: a stopped run is not refunded

@@ -12,7 +12,8 @@ from attnviz.backends.generation import MAX_NEW_TOKENS, Sampling
 from attnviz.core.tokens import clean, labels
 from attnviz.ui.derived import derived
 from attnviz.ui.frame import frame, layer_head, offer_causal, plain
-from attnviz.ui.jobs import checkpoint, slot
+from attnviz.ui.jobs import slot
+from attnviz.ui.progress import Bar
 from attnviz.ui.links import check_link_value, linked_number
 
 f = frame("Generate", chat=True)
@@ -42,14 +43,10 @@ sampling = Sampling(int(n_new), float(temperature), int(top_k), int(seed))
 
 def generate():
     with slot("This generation"):
-        bar = st.progress(0.0, "Generating…")
-
-        def step(done: int, most: int):
-            checkpoint()  # a closed tab or a new run stops here, between two tokens
-            bar.progress(done / most, f"Generating… token {done:,} of at most {most:,}")
-
-        g = f.model.generate(f.text, sampling, on_step=step, **chat_kw(f.chat))
-        bar.empty()
+        bar = Bar("Generating…", "generation")  # a Stop ends it between two tokens
+        g = f.model.generate(f.text, sampling, on_step=lambda done, most: bar(
+            done / most, f"token {done:,} of at most {most:,}"), **chat_kw(f.chat))
+        bar.done()
         return g
 
 

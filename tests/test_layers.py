@@ -250,3 +250,30 @@ def test_the_store_check_can_fail(tmp_path):
         "@st.cache_resource\ndef model(key):\n    return 1\n")
     assert sorted(line.split(maxsplit=1)[-1] for line in trace_keeping(probe)) == [
         "WeakValueDictionary", "_evict", "cached _cached", "jobs.keeper"], trace_keeping(probe)
+
+
+# One progress bar and stop point for every long step: ui/progress.py's Bar, which calls jobs.checkpoint at every
+# step. A page or module drawing st.progress itself would have a bar that no rerun or closed tab stops.
+PROGRESS = PACKAGE / "ui" / "progress.py"
+# The long forward's bar (ui/long.py's _Bar) is the one ui/progress.py's Bar was moved from; it goes once
+# tests/test_long_stop.py, which sets long.BAR_AFTER_S, sets progress.BAR_AFTER_S instead.
+NOT_YET = {PACKAGE / "ui" / "long.py"}
+
+
+def progress_bars(path: Path) -> list[str]:
+    """``path:line`` of every ``st.progress(…)`` call in ``path``."""
+    return [f"{path.name}:{n.lineno}" for n in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "progress"
+            and isinstance(n.func.value, ast.Name) and n.func.value.id == "st"]
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES + APP if p != PROGRESS and p not in NOT_YET],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_one_progress_bar(path):
+    assert not progress_bars(path), f"a progress bar of its own (use attnviz.ui.progress.Bar): {progress_bars(path)}"
+
+
+def test_the_progress_check_can_fail(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import streamlit as st\nbar = st.progress(0.0)\nbar.progress(0.5)\n")
+    assert progress_bars(probe) == ["probe.py:2"] and progress_bars(PROGRESS)

@@ -42,8 +42,9 @@ BAR_CSS = (
 
 class Bar:
     """``bar(fraction, detail=None)`` at every step of the work: a checkpoint, and a bar saying ``title`` (with the
-    step's ``detail``, such as "head 3 of 12") drawn once the work has taken BAR_AFTER_S, moved at most every BAR_EVERY_S, in a container keyed BAR_KEY
-    + ``name`` (two bars in one run need two names); ``done()`` removes it.
+    step's ``detail``, such as "head 3 of 12") drawn once the work has taken BAR_AFTER_S, moved at most every
+    BAR_EVERY_S, in a container keyed BAR_KEY + ``name`` (two bars in one run need two names; ``again(name)`` tells
+    a page that its "Run it again" was clicked); ``done()`` removes it.
 
     ``layers``: the work reads that many layers in turn, and a Stop keeps those read whole (the long forward,
     ui/long.py): the message says how many, updated as each is done (a markdown element, at most once a layer); 0:
@@ -81,8 +82,9 @@ class Bar:
         elif self.bar is None or kept == self.kept:
             return
         # markdown, not an alert: it is on the page (hidden) through every run, and says nothing wrong until a Stop
+        title = self.title.rstrip("…")
         self.said.markdown(f":orange[:material/stop_circle:] Stopped about {now - self.start:.0f} s in, at "
-                           f"{fraction:.0%} of “{self.title.rstrip('…')}”: a page needs the whole of it, so nothing "
+                           f"{fraction:.0%} of “{title}”: a page needs the whole of it, so nothing "
                            f"below was drawn. {self._kept_words(kept)}The text, the model and the settings are as "
                            "they were: run it again to finish.")
         self.kept = kept  # once on the page (a Stop can come in the call that draws it: Streamlit checks there)
@@ -105,3 +107,9 @@ class Bar:
         if self.bar is not None:
             self.bar.empty()
             self.note.empty()
+
+
+def again(name: str) -> bool:
+    """Whether this run comes from the "Run it again" of the bar ``name``: a page whose step starts on its own button
+    starts it then too."""
+    return bool(st.session_state.get(f"run_again_{name}"))
