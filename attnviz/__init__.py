@@ -13,7 +13,7 @@ The folders run one way, lowest first; a module imports its own folder and those
     training         one loop for every built-in model, the generated tasks and stories, the CLI
     figures          pure figure builders (arrays + labels -> plotly), and the view of a stack
     export           files behind a view
-    ui               the only Streamlit-aware part (frame, caches, share, heads) and the notebook widget
+    ui               the only Streamlit-aware part (frame, caches, links, heads) and the notebook widget
     cli, __init__    the faces: ``python -m attnviz``, ``attnviz.trace/load/show``
 
 Shape legend, used in comments throughout:
