@@ -81,3 +81,22 @@ def test_a_byte_budget_keeps_the_newest_and_never_a_value_over_it(seed):
     assert store.held_bytes() == 2 * trace.nbytes
     store.put(("view", "big"), (None, [trace] * 3))  # over the whole budget: returned to its caller, never kept
     assert store.get(("view", "big")) is None and store.held_bytes() <= 2.5 * trace.nbytes
+
+
+def test_a_session_models_traces_are_keyed_by_a_number_never_reused():
+    """A Train-page model's traces are keyed by a number of its own, not its id(): CPython hands a freed model's
+    address to the next object of its size, and another session's new model there must not find the old traces."""
+    import gc
+
+    from attnviz.ui import frame
+
+    class Model:
+        pass
+
+    a = Model()
+    first, where = frame._serial(a), id(a)
+    assert frame._serial(a) == first  # stable while it lives
+    del a
+    gc.collect()
+    b = Model()
+    assert frame._serial(b) != first, f"same address: {id(b) == where}"

@@ -6,8 +6,10 @@ Widget keys ``model``, ``text``, ``layer`` and ``head`` are bound to the URL's q
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
+import weakref
 from functools import partial
 from contextlib import nullcontext
 from typing import NamedTuple
@@ -106,13 +108,27 @@ def session_models() -> dict:
         return st.session_state.setdefault("session_models", {})
 
 
+# A session model's number in the trace store's keys: never reused, where an id() is once its model is freed (another
+# session's new model at the same address would find the old one's traces).
+_SERIALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_serial_count = itertools.count()
+
+
+def _serial(model) -> int:
+    with _session_lock:
+        if model not in _SERIALS:
+            _SERIALS[model] = next(_serial_count)
+        return _SERIALS[model]
+
+
 def register_session_model(key: str, backend) -> None:
     """Make a freshly built model selectable on every page for this session (a model trained again under the same
     key is a new one: the traces of the one it replaces are forgotten)."""
     old = session_models().get(key)
     session_models()[key] = backend
     if old is not None:
-        STORE.drop(lambda k: k[0] == "session" and k[1] == id(old))
+        gone = _serial(old)
+        STORE.drop(lambda k: k[0] == "session" and k[1] == gone)
 
 
 SESSION = "session:"  # the key prefix of models trained on the Train page, which last as long as their session
@@ -160,7 +176,7 @@ def get_trace(key: str, text: str, target: str | None = None, tokens: int | None
     own = key in session_models()
     if own:
         model = session_models()[key] if model is None else model
-    k = ("session", id(model)) if own else ("cells", key)
+    k = ("session", _serial(model)) if own else ("cells", key)
 
     def compute():  # a heavy forward waits in line first, under this key's lock only
         backend = get_model(key) if model is None else model
