@@ -234,17 +234,17 @@ def test_picking_a_row_of_the_strongest_positions_follows_that_token(rare, head)
 def test_the_forwards_bar_and_the_surveys_bar_can_show_in_one_run(monkeypatch):
     """Each bar has its own keyed container (the frame's CSS places it by key): both in one run, no duplicate key;
     done() takes a bar away."""
-    from attnviz.ui import long as ui
+    from attnviz.ui import progress
 
-    monkeypatch.setattr(ui, "BAR_AFTER_S", 0.0)
-    monkeypatch.setattr(ui, "BAR_EVERY_S", 0.0)
+    monkeypatch.setattr(progress, "BAR_AFTER_S", 0.0)
+    monkeypatch.setattr(progress, "BAR_EVERY_S", 0.0)
 
     def script():
-        from attnviz.ui.long import _Bar
+        from attnviz.ui.progress import Bar
 
-        forward = _Bar("Running the model", "forward")
+        forward = Bar("Running the model", "forward")
         forward(0.5)
-        survey = _Bar("Reading all heads", "survey")
+        survey = Bar("Reading all heads", "survey")
         survey(0.25)
         survey(0.75)
         forward.done()

@@ -255,11 +255,6 @@ def test_the_store_check_can_fail(tmp_path):
 # One progress bar and stop point for every long step: ui/progress.py's Bar, which calls jobs.checkpoint at every
 # step. A page or module drawing st.progress itself would have a bar that no rerun or closed tab stops.
 PROGRESS = PACKAGE / "ui" / "progress.py"
-# The long forward's bar (ui/long.py's _Bar) is the one ui/progress.py's Bar was moved from; it goes once
-# tests/test_long_stop.py, which sets long.BAR_AFTER_S, sets progress.BAR_AFTER_S instead.
-NOT_YET = {PACKAGE / "ui" / "long.py"}
-
-
 def progress_bars(path: Path) -> list[str]:
     """``path:line`` of every ``st.progress(…)`` call in ``path``."""
     return [f"{path.name}:{n.lineno}" for n in ast.walk(ast.parse(path.read_text(), str(path)))
@@ -267,7 +262,7 @@ def progress_bars(path: Path) -> list[str]:
             and isinstance(n.func.value, ast.Name) and n.func.value.id == "st"]
 
 
-@pytest.mark.parametrize("path", [p for p in MODULES + APP if p != PROGRESS and p not in NOT_YET],
+@pytest.mark.parametrize("path", [p for p in MODULES + APP if p != PROGRESS],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_one_progress_bar(path):
     assert not progress_bars(path), f"a progress bar of its own (use attnviz.ui.progress.Bar): {progress_bars(path)}"

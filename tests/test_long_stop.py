@@ -20,7 +20,7 @@ OVERVIEW = 16
 def checkpoints(monkeypatch):
     """Counts the long forward's checkpoints (one a tile) and raises StopException at the ``stop``-th, when set;
     the progress bar, and what a Stop leaves beside it, drawn from the first tile."""
-    from attnviz.ui import jobs, long
+    from attnviz.ui import jobs, long, progress
 
     count = {"n": 0, "stop": None}
     real = jobs.checkpoint
@@ -32,7 +32,7 @@ def checkpoints(monkeypatch):
         real()
 
     monkeypatch.setattr(jobs, "checkpoint", checkpoint)
-    monkeypatch.setattr(long, "BAR_AFTER_S", 0.0)
+    monkeypatch.setattr(progress, "BAR_AFTER_S", 0.0)
     long._LONG.clear()
     long._STOPPED.clear()
     yield count

@@ -4,7 +4,6 @@ document, attention sinks and distance profiles)."""
 
 from __future__ import annotations
 
-import time
 from functools import partial
 from typing import NamedTuple
 
@@ -21,7 +20,7 @@ from attnviz.ui import jobs
 from attnviz.ui.display import CELLS  # up to CELLS tokens the Attention page draws every head cell by cell
 from attnviz.ui.frame import STILL_CSS, layer_head, max_tokens, resolve
 from attnviz.ui.heads import head_chart
-from attnviz.ui.progress import BAR_KEY, STOPPED_KEY
+from attnviz.ui.progress import Bar
 from attnviz.ui.traces import STORE, Kind, nbytes
 from attnviz.ui.escape import plain
 from attnviz.ui.links import linked_number
@@ -29,76 +28,6 @@ from attnviz.ui.links import linked_number
 
 DETAIL = 256  # blocks a side of a head at block resolution
 FOCUS = 1  # the token a long text's reach opens on: the survey keeps its column, read during the forward
-BAR_AFTER_S = 0.3  # a progress bar shows once the forward has run this long (a bar that comes and goes delays the page)
-BAR_EVERY_S = 2.5  # and moves at most this often: each move re-renders the page, and a browser on the server's
-# machine (the benchmarks, a laptop demo) takes CPU from the forward for every move.
-
-
-class _Bar:
-    """``progress(fraction)`` that draws a bar only once the work has taken BAR_AFTER_S and moves it at most every
-    BAR_EVERY_S, in a container keyed BAR_KEY + ``name`` (the frame's CSS places it by that prefix; two bars in one
-    run need two names); ``done()`` removes it.
-
-    With the bar goes what a Stop leaves on the page: once Streamlit stops a script, nothing more can be drawn, so
-    the message (what stopped, how far in, what is kept) is drawn and kept current beside the bar, and the frame's
-    STILL_CSS shows it, and hides the frozen bar, only once the app no longer runs. ``layers``: the work reads that
-    many layers in turn, and a Stop keeps those read whole (``long_trace``): the message says how many, updated as
-    each is done (a markdown element, at most once a layer); 0: a Stop keeps nothing."""
-
-    def __init__(self, text: str, name: str, layers: int = 0):
-        self.text, self.key, self.name, self.bar, self.note = text, f"{BAR_KEY}_{name}", name, None, None
-        self.layers, self.kept = layers, -1
-        self.start = time.perf_counter()
-        self.last = self.start - BAR_EVERY_S + BAR_AFTER_S  # the first draw comes BAR_AFTER_S in
-
-    def __call__(self, fraction: float) -> None:
-        self._draw(fraction)
-        jobs.checkpoint()  # every tile, once the message says what a Stop here keeps: a closed tab or a rerun
-        # stops the work here
-
-    def _draw(self, fraction: float) -> None:
-        now = time.perf_counter()
-        kept = int(fraction * self.layers + 1e-6)  # the layers read whole: what a Stop now keeps
-        if now - self.last >= BAR_EVERY_S:
-            self.last = now
-            if self.bar is None:
-                self.note = st.empty()
-                with self.note.container(key=f"{STOPPED_KEY}_{self.name}"):
-                    self.said = st.empty()
-                    st.button("Run it again", key=f"run_again_{self.name}", icon=":material/replay:", type="primary")
-                with st.container(key=self.key):
-                    self.bar = st.progress(fraction, text=self.text)
-            else:
-                self.bar.progress(fraction, text=self.text)
-        elif self.bar is None or kept == self.kept:
-            return
-        # markdown, not an alert: it is on the page (hidden) through every run, and says nothing wrong until a Stop
-        self.said.markdown(f":orange[:material/stop_circle:] Stopped about {now - self.start:.0f} s in, at "
-                           f"{fraction:.0%} of “{self.text.rstrip('…')}”: a page needs the whole of it, so nothing "
-                           f"below was drawn. {self._kept_words(kept)}The text, the model and the settings are as "
-                           "they were: run it again to finish.")
-        self.kept = kept  # once on the page (a Stop can come in the call that draws it: Streamlit checks there)
-
-    def keeps(self, layers: list) -> list:
-        """Of ``layers`` read whole when the work stopped, those the page says are kept (all of them while no
-        message is on the page)."""
-        return layers if self.kept < 0 else layers[:self.kept]
-
-    def _kept_words(self, kept: int) -> str:
-        if not self.layers:
-            return ""
-        if not kept:
-            return "No layer was read whole yet, so a run starts over. "
-        rest = "its last layer" if self.layers - kept == 1 else f"the other {self.layers - kept}"
-        return (f"The heads of the first {kept} of its {self.layers} layers were read and are kept: running it again "
-                f"reads only {rest} (the model itself runs over the text again). ")
-
-    def done(self) -> None:
-        if self.bar is not None:
-            self.bar.empty()
-            self.note.empty()
-
-
 class _Survey(NamedTuple):
     reducer: Reducer  # the survey read during the forward
     surveys: dict  # overview size -> Survey
@@ -202,7 +131,7 @@ def _read(k: tuple, model, text: str, limit: int, chat: bool):
     L = model.n_layers
     rest = "all its heads" if not kept else "the heads of its last " + (
         "layer" if L - len(kept) == 1 else f"{L - len(kept)} layers")
-    bar = _Bar(f"Running the model and reading {rest}…", "forward", L)
+    bar = Bar(f"Running the model and reading {rest}…", "forward", L)
     tiles = _tiles(model, n)
     reducer = Reducer(DETAIL, L, bar, tiles, (FOCUS,), kept)
     try:
@@ -231,7 +160,7 @@ def cached_survey(stack, overview: int) -> Survey:
             entry.surveys[overview] = entry.reducer.result(overview)
         else:
             L, H = stack.weights.shape[:2]
-            bar = _Bar(f"Reading all {L * H} heads, tile by tile…", "survey")
+            bar = Bar(f"Reading all {L * H} heads, tile by tile…", "survey")
             entry.surveys[overview] = survey(stack.weights, overview, DETAIL, progress=bar, keys=(FOCUS,))
             bar.done()
     return entry.surveys[overview]
