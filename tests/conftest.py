@@ -91,6 +91,28 @@ def page(browser, request):
         context.close()
 
 
+@pytest.fixture
+def checkpoints(monkeypatch):
+    """Counts ``jobs.checkpoint`` calls (one a step of any long work) and raises StopException there, as Streamlit's
+    Stop does, at the ``stop``-th when it is set; progress bars drawn from the first step."""
+    from streamlit.runtime.scriptrunner import StopException
+
+    from attnviz.ui import jobs, progress
+
+    count = {"n": 0, "stop": None}
+    real = jobs.checkpoint
+
+    def checkpoint():
+        count["n"] += 1
+        if count["n"] == count["stop"]:
+            raise StopException()
+        real()
+
+    monkeypatch.setattr(jobs, "checkpoint", checkpoint)
+    monkeypatch.setattr(progress, "BAR_AFTER_S", 0.0)
+    return count
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Tiny models gain nothing from more threads, and threads spin on busy cores."""

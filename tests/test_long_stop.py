@@ -7,7 +7,6 @@ import re
 
 import numpy as np
 import pytest
-from streamlit.runtime.scriptrunner import StopException
 
 from helpers import ok, open_page
 from test_long_analysis import assert_same_survey
@@ -17,25 +16,14 @@ OVERVIEW = 16
 
 
 @pytest.fixture
-def checkpoints(monkeypatch):
-    """Counts the long forward's checkpoints (one a tile) and raises StopException at the ``stop``-th, when set;
-    the progress bar, and what a Stop leaves beside it, drawn from the first tile."""
-    from attnviz.ui import jobs, long, progress
+def checkpoints(checkpoints):
+    """conftest's Stop at the ``stop``-th checkpoint (one a tile of the long forward), with the long traces and what
+    a Stop kept cleared around the test."""
+    from attnviz.ui import long
 
-    count = {"n": 0, "stop": None}
-    real = jobs.checkpoint
-
-    def checkpoint():
-        count["n"] += 1
-        if count["n"] == count["stop"]:
-            raise StopException()
-        real()
-
-    monkeypatch.setattr(jobs, "checkpoint", checkpoint)
-    monkeypatch.setattr(progress, "BAR_AFTER_S", 0.0)
     long._LONG.clear()
     long._STOPPED.clear()
-    yield count
+    yield checkpoints
     long._LONG.clear()
     long._STOPPED.clear()
 

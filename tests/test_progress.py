@@ -3,7 +3,6 @@ raised there mid-step, as Streamlit raises it on a rerun or a closed tab (StopEx
 page says so beside the frozen bar, with "Run it again". Real pages in real Streamlit (AppTest)."""
 
 import pytest
-from streamlit.runtime.scriptrunner import StopException
 from streamlit.testing.v1 import AppTest
 
 from helpers import ok, open_page
@@ -11,26 +10,6 @@ from helpers import ok, open_page
 TEXT = "The film was not good today"
 CLEAN = "the cat sat on the mat and the cat"
 CORRUPTED = "the dog sat on the mat and the cat"
-
-
-@pytest.fixture
-def checkpoints(monkeypatch):
-    """Counts the checkpoints and raises StopException at the ``stop``-th, when set; bars drawn from the first
-    step."""
-    from attnviz.ui import jobs, progress
-
-    count = {"n": 0, "stop": None}
-    real = jobs.checkpoint
-
-    def checkpoint():
-        count["n"] += 1
-        if count["n"] == count["stop"]:
-            raise StopException()
-        real()
-
-    monkeypatch.setattr(jobs, "checkpoint", checkpoint)
-    monkeypatch.setattr(progress, "BAR_AFTER_S", 0.0)
-    return count
 
 
 def stopped(at: AppTest) -> str:
