@@ -181,8 +181,8 @@ class Kind(Mapping):
         self.store.drop(lambda key: key[0] == self.kind)
 
 
-# Kinds: "cells" (a page's trace, cell by cell), "session" (the same of a model trained on the Train page, key with
-# the backend's id), "long" (a long trace; its survey attached to its weights), "stopped" (what a stopped long
+# Kinds: "cells" (a page's trace, cell by cell), "session" (the same of a model trained on the Train page, keyed by
+# its number, frame._serial), "long" (a long trace; its survey attached to its weights), "stopped" (what a stopped long
 # forward read whole). A very long trace holds gigabytes: two of them at most.
 ENTRIES = {"cells": 8, "session": 2, "long": 2, "stopped": 2}
 STORE = LRU(entries=ENTRIES, counted_live=("long", "session"))
