@@ -1,7 +1,7 @@
 """attnviz: see what every layer and head of a transformer attends to.
 
 The folders run one way, lowest first; a module imports its own folder and those below it, never one above
-(tests/test_layers.py walks every import, function-level ones included):
+(tests/unit/test_layers.py walks every import, function-level ones included):
     settings, data   operator settings (every ATTNVIZ_* read), sample texts and the demo corpus
     core             the record, no model and no UI: LayerQK and Weights, the trace, tokens, budgets
     capture          how one forward hands over what it saw: the one recorder (attnviz's modules and

@@ -1,4 +1,8 @@
-"""Shared fixtures: the repo root on sys.path, a real Streamlit server and a real browser."""
+"""Shared fixtures: the repo root on sys.path, a real Streamlit server and a real browser.
+
+Tests are laid out by what they run: unit/ (the library, models and kernels, no page), app/ (pages in AppTest or a
+real Streamlit server, without a browser) and e2e/ (a real Chromium). ``pytest tests/unit`` is the fast loop; the
+markers below cut across folders. A test module may import another's helpers by its name, wherever it lies."""
 
 import os
 import shutil
@@ -13,6 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path[1:1] = [str(ROOT / "tests" / part) for part in ("unit", "app", "e2e")]
 
 from tiny_models import tiny_backend, tiny_model  # noqa: E402,F401  session fixtures: tiny_model(family) -> folder, tiny_backend(family) -> loaded
 from real_models import smollm2, smollm2_eager  # noqa: E402,F401  SmolLM2 from its GGUF file, loaded once

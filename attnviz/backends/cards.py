@@ -1,7 +1,7 @@
 """One line about each model attnviz offers by key, known without loading it: what the model picker shows, and
 what a page offers when it needs another kind of model (a causal LM, a longer context).
 
-tests/test_model_cards.py loads every model and checks its card against it (kind, tokens, parameters).
+tests/unit/test_model_cards.py loads every model and checks its card against it (kind, tokens, parameters).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each case gets a plain message (st.error or st.warning; for text that is merely odd, the status line
 with its token count), never a traceback; the text box keeps what was typed; user text reaches charts
-and HTML only escaped. The browser's side of escaping is tests/test_e2e_bad_input.py.
+and HTML only escaped. The browser's side of escaping is tests/e2e/test_e2e_bad_input.py.
 """
 
 import html
@@ -23,8 +23,8 @@ from attnviz.ui.long import CELLS
 from attnviz.settings import DEFAULT_MAX_CHARS
 from helpers import chart_specs, ok, open_page
 
-ROOT = Path(__file__).resolve().parent.parent
-# Every page file but the old Long text page's, a redirect to the Attention page (its links: tests/test_attention_long.py)
+ROOT = Path(__file__).resolve().parents[2]
+# Every page file but the old Long text page's, a redirect to the Attention page (its links: tests/app/test_attention_long.py)
 # that cannot run alone: it switches to a page of the app's navigation.
 PAGES = ["app.py", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "pages").glob("*.py")
                            if p.name != "9_Long_text.py")]
@@ -280,7 +280,7 @@ def test_a_model_that_cannot_be_opened(case, bad_models, monkeypatch):
     assert safe(labels(attnviz.trace(text, "builtin:seed").tokens)) in tick_lists(at)
 
 
-# ---- links with bad parameters, on every page but home (tests/test_share.py covers home) ----
+# ---- links with bad parameters, on every page but home (tests/app/test_share.py covers home) ----
 
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
 HUGE = "word " * 30_000  # 150,000 characters

@@ -1,6 +1,6 @@
 """Properties on arbitrary unicode (hypothesis): checking text, tokenizing with real tokenizers, labels, escaping.
 
-tests/test_tokens.py covers labels() on token-like strings and subword merging; here the input is any text a
+tests/unit/test_tokens.py covers labels() on token-like strings and subword merging; here the input is any text a
 user could paste or a link could carry, lone surrogates included.
 """
 

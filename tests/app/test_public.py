@@ -100,7 +100,7 @@ def test_a_local_run_still_says_what_is_wrong(clean_env):
     assert any("There is no folder" in m for m in messages(at)), messages(at)
 
 
-PAGES = ["app.py", *sorted(f"pages/{p.name}" for p in (Path(__file__).parents[1] / "pages").glob("*.py"))]
+PAGES = ["app.py", *sorted(f"pages/{p.name}" for p in (Path(__file__).parents[2] / "pages").glob("*.py"))]
 LOCATION = re.compile(r"ray|address|path|folder|directory|server|location|url|host|cluster", re.I)
 
 

@@ -13,7 +13,7 @@ from conftest import SCREENSHOTS
 from helpers import settled
 from test_e2e_share import TIMEOUT
 
-CHECKS = (Path(__file__).parent / "layout_checks.js").read_text(encoding="utf-8")
+CHECKS = (Path(__file__).parents[1] / "layout_checks.js").read_text(encoding="utf-8")
 # Long words: merged into words they make long tick labels, the case that used to run into titles.
 TEXT = quote("Antidisestablishmentarianism notwithstanding, supercalifragilistic incomprehensibilities "
              "overwhelmed everyone.")

@@ -72,7 +72,7 @@ def test_stepping_with_the_slider_on_builtin_lm():
         if step > 1:
             at.slider(key="gen_step").set_value(step)
             at = ok(at.run())
-            assert at.slider(key="gen_step").value == step  # (the address bar: tests/test_e2e_generate.py)
+            assert at.slider(key="gen_step").value == step  # (the address bar: tests/e2e/test_e2e_generate.py)
         figs = charts(at)
         pos = g.prompt_len + step - 1
         np.testing.assert_allclose(decode(figs["gen_step_attention"]["data"][0]["y"]),

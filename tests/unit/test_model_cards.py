@@ -8,7 +8,7 @@ from attnviz.backends.cards import CARDS, takes
 from attnviz.backends.packaged import SMOLLM2
 
 
-@pytest.mark.parametrize("key", [k for k in list_models() if k != SMOLLM2])  # smollm2: tests/test_smollm2_cache.py
+@pytest.mark.parametrize("key", [k for k in list_models() if k != SMOLLM2])  # smollm2: tests/unit/test_smollm2_cache.py
 def test_each_built_in_models_card_is_the_model(key):
     card, backend = CARDS[key], attnviz.load(key)
     assert card.kind == backend.kind

@@ -54,7 +54,7 @@ def test_a_valid_file_with_fully_masked_rows_reads_back(members):
     np.testing.assert_array_equal(back.attentions, a)
 
 
-BAD_WEIGHTS = {  # the checks of attnviz.from_attentions too (core.weights.given_weights): tests/test_hostile_input.py
+BAD_WEIGHTS = {  # the checks of attnviz.from_attentions too (core.weights.given_weights): tests/app/test_hostile_input.py
     "nan": (lambda a: a.__setitem__((0, 0, 0, 0), np.nan),
             "attentions holds NaN or infinite values (first in layer 0, head 0, query 0)"),
     "inf": (lambda a: a.__setitem__((1, 2, 3, 4), np.inf),

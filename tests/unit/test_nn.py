@@ -442,7 +442,7 @@ def test_sinusoidal_positions_take_any_length():
 def test_each_class_is_defined_once():
     """The seed defines Encoder and EncoderLayer twice with different signatures; ours once each."""
     names = []
-    for path in (Path(__file__).parent.parent / "attnviz" / "nn").glob("*.py"):
+    for path in (Path(__file__).parents[2] / "attnviz" / "nn").glob("*.py"):
         names += [n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef)]
     assert {"Encoder", "EncoderLayer", "DecoderLayer", "MultiHeadAttention"} <= set(names)
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)

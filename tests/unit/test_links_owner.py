@@ -2,7 +2,7 @@
 (``shared_values``) and alone lists the keys a link carries (``LINK_KEYS``). A second writer or a second list
 drifts: a key added to one list and not the other was carried by links but lost on a page switch.
 
-Read from the source with ``ast`` (as tests/test_layers.py reads imports), over the library, the pages and app.py.
+Read from the source with ``ast`` (as tests/unit/test_layers.py reads imports), over the library, the pages and app.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from attnviz.ui.links import LINK_KEYS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OWNER = ROOT / "attnviz" / "ui" / "links.py"
 SOURCES = sorted([*(ROOT / "attnviz").rglob("*.py"), *(ROOT / "pages").glob("*.py"), ROOT / "app.py"])
 

@@ -1,7 +1,7 @@
 """A corpus job in a tab that closes, on a real server (loopback): the job stops within a batch, its finished
 shards are kept untouched, and the same run from a new tab resumes from them and equals the library's numbers.
 
-The in-process twin (tests/test_corpus_shards.py) raises from ``tick``; here nothing raises but Streamlit itself:
+The in-process twin (tests/unit/test_corpus_shards.py) raises from ``tick``; here nothing raises but Streamlit itself:
 a closed websocket asks the session's script to stop, and the page's progress bar, drawn before every batch, is
 where it does. Long texts (4,400 characters, read to their first 256 tokens as the page does with
 ATTNVIZ_PAGE_TOKENS) make shards of 30 texts, two batches each, so a stop at a shard's end would show as one

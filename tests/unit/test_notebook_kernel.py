@@ -18,7 +18,7 @@ from nbclient import NotebookClient  # noqa: E402
 
 from attnviz.core.tokens import labels  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WIDGET = "application/vnd.jupyter.widget-view+json"
 STATE = "application/vnd.jupyter.widget-state+json"
 MB2 = 2 * 2**20

@@ -14,7 +14,7 @@ if os.environ.get("CI"):
 else:
     ray = pytest.importorskip("ray", reason="Ray is optional: pip install -r requirements-ray.txt")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

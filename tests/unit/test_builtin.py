@@ -19,7 +19,7 @@ from attnviz.backends import list_models, load, open_model
 from attnviz.backends.builtin import minilm_path
 from attnviz.nn import SinusoidalPositions, sinusoidal_encoding
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TEXTS = {
     "short": "hello world",
     "repeats": "The cat sat on the mat. The cat saw the other cat!",

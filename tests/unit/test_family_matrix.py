@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from families import VARIANTS, matrix, skipped_types, text_types
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]  # tests/
 PATHS = HERE / "family_paths.json"
 TABLE = HERE / "screenshots" / "family_matrix.md"
 TYPES = text_types() + list(VARIANTS)

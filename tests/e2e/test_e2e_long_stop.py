@@ -1,6 +1,6 @@
 """Stop on a long document in a real browser: once the forward has read some layers whole, Streamlit's Stop leaves
 a message that says how many of the model's layers are kept, and "Run it again" reads only the others (its bar
-says which), to the long view. (AppTest checks the survey it ends with: tests/test_long_stop.py.)"""
+says which), to the long view. (AppTest checks the survey it ends with: tests/app/test_long_stop.py.)"""
 
 import re
 from urllib.parse import quote
