@@ -130,7 +130,8 @@ done = so_far is not None and cp.finished(out, so_far)
 corpus = None
 if clicked or not done:  # a finished job needs no file: its results and top texts are kept
     try:
-        corpus = cp.Corpus(files.keep(up) if up is not None else path, column, name=shown_as, max_bytes=TEXT_BYTES)
+        corpus = cp.Corpus(files.keep(up) if up is not None else path, column, name=shown_as, max_bytes=TEXT_BYTES,
+                           admit=partial(jobs.for_bytes, "Reading this file"))  # huge pages: admitted by memory
     except ValueError as e:
         st.error(plain(str(e)))
         st.stop()
@@ -148,7 +149,7 @@ if clicked:
                 "so Run resumes where it stopped.")
     notes: list[str] = []
     try:
-        with files.running(out), jobs.slot("This corpus run"):
+        with files.running(out), jobs.slot("This corpus run", corpus.peak_bytes / 2**20):
             total = cp.count(corpus, limit)
             files.make_room(cp.job_bytes(total, f.model.n_layers * f.model.n_heads, corpus.path.stat().st_size))
             started, totals, before = time.monotonic(), cp.Totals(), so_far.n_texts if so_far else 0

@@ -11,8 +11,9 @@ import csv
 import hashlib
 import json
 import re
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, ContextManager, Iterator
 
 
 from ..backends.common import check_text
@@ -31,12 +32,16 @@ class Corpus:
     ``.txt``: one text per line, or paragraphs separated by blank lines when the file has any; ``.csv``,
     ``.jsonl``, ``.parquet``: the values of ``column``. Blank texts are skipped. Messages call the file ``name``
     (an upload's own name; default: the file's), and a Parquet file holding more than ``max_bytes`` of text is
-    refused.
+    refused. ``peak_bytes`` is the most one pass over the file decodes at once, and every pass (the first text's, on
+    opening, included) runs inside ``admit(peak_bytes)``: a server admits it as it admits other heavy work.
     """
 
-    def __init__(self, path, column: str | None = None, name: str | None = None, max_bytes: int | None = None):
+    def __init__(self, path, column: str | None = None, name: str | None = None, max_bytes: int | None = None,
+                 admit: Callable[[int], ContextManager] | None = None):
         self.path = Path(path)
         self.name, self.max_bytes = name or self.path.name, max_bytes
+        self.admit = admit or (lambda nbytes: nullcontext())
+        self.peak_bytes = 2 * MAX_TEXT_BYTES  # the most one pass decodes at once: a line, or a row, and its text
         self.format = self.path.suffix.lower()
         if self.format not in FORMATS:
             raise ValueError(f"{self.name}: a corpus must be {', '.join(FORMATS)}, not {self.format or 'no extension'!r}")
@@ -121,6 +126,7 @@ class Corpus:
                     self.largest_page = max(self.largest_page, header.decoded)
                     at += header.length + header.stored
                     counted += header.values
+        self.peak_bytes = self.largest_page + 2 * max(READ_BYTES, MAX_TEXT_BYTES)  # a page whole, a read, its texts
 
     def _parquet(self) -> Iterator:
         """The column's values, a few rows at a time. A file's metadata is a claim, not a fact, so how many rows one
@@ -207,6 +213,10 @@ class Corpus:
             yield from self._parquet()
 
     def __iter__(self) -> Iterator[str]:
+        with self.admit(self.peak_bytes):  # left when the pass ends, or when its reader is dropped
+            yield from self._texts()
+
+    def _texts(self) -> Iterator[str]:
         values = self._raw()
         while True:
             try:

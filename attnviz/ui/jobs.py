@@ -46,7 +46,7 @@ _keepers: list[_Keeper] = []
 
 def keeper(held_mb: Callable[[], float], evict: Callable[[], bool]) -> None:
     """Count the traces the store made (kept, or still drawn by a page) against ATTNVIZ_MAX_TRACE_MB; ``evict``
-    makes room for a job that would not fit. The trace store (ui/traces.py) registers once (tests/test_layers.py).
+    makes room for a job that would not fit. The trace store (ui/traces.py) registers once (tests/unit/test_layers.py).
 
     Neither may call into this module (they run under its lock)."""
     _keepers.append(_Keeper(held_mb, evict))
@@ -104,14 +104,34 @@ def for_tokens(n: int, mb: Callable[[int], float]):
     return slot(f"This {n:,}-token text", mb(n))
 
 
+def for_bytes(what: str, nbytes: int):
+    """A slot for reading a file that decodes up to ``nbytes`` at once, when that is over HEAVY_READ_MB (a Parquet
+    file with huge pages): it waits for room like a long forward. Ordinary files are read at once, beside the line."""
+    if nbytes <= HEAVY_READ_MB * 2**20:
+        return nullcontext()
+    return slot(what, nbytes / 2**20, advice="Try a smaller file.")
+
+
+HEAVY_READ_MB = 64
+_held_here = threading.local()  # .depth: the slots this thread is inside
+
+
 @contextmanager
-def slot(what: str, mb: float = 0.0):
+def slot(what: str, mb: float = 0.0, advice: str = "Try a shorter text."):
     """Run the body as one heavy job that will hold ``mb`` MB: wait for a free slot and room first, saying where in
-    line this session is. A job over ATTNVIZ_MAX_TRACE_MB alone is refused with a ValueError in plain words."""
+    line this session is. A job over ATTNVIZ_MAX_TRACE_MB alone is refused with a ValueError in plain words, ending in
+    ``advice``. A slot asked for inside another one of the same thread is part of that job: it runs at once."""
+    if getattr(_held_here, "depth", 0):
+        _held_here.depth += 1
+        try:
+            yield
+        finally:
+            _held_here.depth -= 1
+        return
     budget = settings.max_trace_mb()
     if mb > budget:
         raise ValueError(f"{what} would hold about {mb:,.0f} MB, over this server's memory for traces of "
-                         f"{budget:,.0f} MB (ATTNVIZ_MAX_TRACE_MB). Try a shorter text.")
+                         f"{budget:,.0f} MB (ATTNVIZ_MAX_TRACE_MB). {advice}")
     ticket, shown = _Ticket(what, float(mb)), None
     with _cond:
         _line.append(ticket)
@@ -135,9 +155,11 @@ def slot(what: str, mb: float = 0.0):
         shown.empty()
     if mb:
         collect.release()  # its allocations take the reserve's warm pages next
+    _held_here.depth = 1
     try:
         yield
     finally:
+        _held_here.depth = 0
         with _cond:
             _running.remove(ticket)
             _cond.notify_all()
