@@ -22,7 +22,8 @@ def huge_pages(tmp_path_factory):
     """A folder holding big.parquet: 72 rows of a million characters in one page (a small file: it compresses)."""
     folder = tmp_path_factory.mktemp("corpora")
     rows = [chr(ord("a") + i % 26) * ROW_CHARS for i in range(ROWS)]
-    pq.write_table(pa.table({"text": rows}), folder / "big.parquet", data_page_size=2**30, compression="zstd")
+    pq.write_table(pa.table({"text": rows}), folder / "big.parquet", data_page_size=2**30, compression="zstd",
+                   use_dictionary=False)
     (folder / "small.csv").write_text("text\nan ordinary sentence\n")
     return folder
 
@@ -104,7 +105,7 @@ def test_a_read_too_big_for_the_server_is_refused_in_words_and_the_path_kept(hug
     assert not at.exception
     (error,) = at.error
     assert error.value.startswith("Reading this file would hold about ") and error.value.endswith(
-        "over this server's memory for traces of 50 MB (ATTNVIZ_MAX_TRACE_MB). Try a smaller file."), error.value
+        "over this server's memory for traces of 50 MB (ATTNVIZ\\_MAX\\_TRACE\\_MB). Try a smaller file."), error.value  # markdown
     assert at.text_input(key="corpus_path").value == "big.parquet"
     at = at.text_input(key="corpus_path").input("small.csv").run(timeout=300)  # an ordinary file: read at once
     assert not at.exception and not at.error, at.error
