@@ -239,7 +239,7 @@ def test_a_session_keeps_no_trace_once_the_caches_let_go(page):
     from attnviz.core.trace import AttentionTrace
     from attnviz.ui import derived, traces
 
-    at = AppTest.from_file("../app.py", default_timeout=300)
+    at = AppTest.from_file("../../app.py", default_timeout=300)
     at.switch_page(page)
     at.run()
     words = 300 if page == "pages/1_Attention.py" else 40  # the Attention page's long view: its fragment, callbacks
@@ -286,7 +286,7 @@ def frame_page(monkeypatch, **env):
 
     for k, v in {**FRAME_ENV, **env}.items():
         monkeypatch.setenv(k, v)
-    at = AppTest.from_file("../app.py", default_timeout=120)
+    at = AppTest.from_file("../../app.py", default_timeout=120)
     at.query_params["model"] = "builtin:seed"
     return at
 

@@ -17,7 +17,7 @@ TEXT = "The cat sat on the unbelievably soft mat."
 
 
 def run(**params) -> AppTest:
-    at = AppTest.from_file("../pages/1_Attention.py", default_timeout=90)
+    at = AppTest.from_file("../../pages/1_Attention.py", default_timeout=90)
     for k, v in params.items():
         at.query_params[k] = v
     at.run()

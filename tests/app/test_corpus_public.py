@@ -35,7 +35,7 @@ def public(monkeypatch, tmp_path):
 
 
 def page() -> AppTest:
-    at = AppTest.from_file("../app.py", default_timeout=300)
+    at = AppTest.from_file("../../app.py", default_timeout=300)
     at.switch_page(PAGE)
     return at
 

@@ -15,7 +15,7 @@ TEXT = "The film was not good today"
 
 
 def run(**params) -> AppTest:
-    at = AppTest.from_file("../app.py", default_timeout=120)
+    at = AppTest.from_file("../../app.py", default_timeout=120)
     at.switch_page("pages/12_Faithfulness.py")
     for k, v in params.items():
         at.query_params[k] = v
