@@ -1,6 +1,6 @@
-"""Attention explorer at every length: up to ui/long.CELLS tokens every layer and head at a glance, any head in
-detail, any token's view, cell by cell; past it, every head pooled, zoom into an exact window, a token's reach,
-sinks and distance profiles (ui/long.explore)."""
+"""Attention explorer at every length: up to figures/explorer.CELLS tokens every layer and head at a glance, any head
+in detail, any token's view, cell by cell; past it, every head pooled, zoom into an exact window, a token's reach,
+sinks and distance profiles (ui/long.explore, drawn from the explorer model the notebook draws too)."""
 
 from functools import partial
 
@@ -29,7 +29,7 @@ AXES = {
 DIRECTIONS = {"attends to": "to", "attended by": "from"}  # label (also the link's value) -> row or column
 
 f = frame("Attention", tracer=long.tracer, whole=True, chat=True)  # a long text is traced once, by long_trace
-if long.is_long(f.trace):
+if long.made_long(f.trace):
     long.explore(f)
     st.stop()
 options, full_range = display_options()

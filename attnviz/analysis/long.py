@@ -18,7 +18,7 @@ import torch
 from ..backends.common import chat_kw
 from ..core.tokens import clean, word_spans
 from ..capture.record import reducing
-from ..core.weights import Weights, block_counts, block_reduce, rows_per_tile
+from ..core.weights import Weights, block_counts, block_reduce, block_size, rows_per_tile
 
 # A forward's survey tiles hold this many TILE_FLOATS: fewer, larger products, since with a browser or another
 # process on the same cores each two-thread operation waits for its slower thread (on a quiet machine the sizes
@@ -29,11 +29,6 @@ SURVEY_TILES = 4
 # to memory.
 CHUNKS = 2
 SINK_SHARE = 0.3  # a head that puts at least this share of its weight on the first token is flagged a sink
-
-
-def block_size(n: int, blocks: int) -> int:
-    """Tokens per block when ``n`` positions are cut into at most ``blocks`` equal blocks (the last may be shorter)."""
-    return max(1, -(-n // blocks))
 
 
 def distance_edges(n: int) -> np.ndarray:
@@ -380,8 +375,8 @@ def sinks(s: Survey, threshold: float = SINK_SHARE) -> list[tuple[int, int, floa
 
 
 def window(weights: Weights, layer: int, head: int | None, start: int, stop: int) -> np.ndarray:
-    """(rows, keys): exact weights of queries ``start:stop`` over keys ``start:stop``."""
-    return weights.tile(layer, weights.heads(head), start, stop)[:, :, start:stop].mean(0)
+    """(rows, keys): exact weights of queries ``start:stop`` over keys ``start:stop``, each clipped to its axis."""
+    return weights.tile(layer, weights.heads(head), start, min(stop, weights.shape[2]))[:, :, start:stop].mean(0)
 
 
 def top_keys(w: np.ndarray, k: int) -> np.ndarray:

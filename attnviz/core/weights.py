@@ -349,17 +349,28 @@ def tensor_view(a) -> torch.Tensor:
         return torch.from_numpy(a)
 
 
-def block_reduce(x: torch.Tensor, b, dim: int, how: str | None = None, out: torch.Tensor | None = None):
-    """Max and sum of ``x`` over consecutive blocks along ``dim``; only the max, min or sum when ``how`` is "max",
-    "min" or "sum". ``b`` is a block length (every block that long, the last maybe shorter) or the blocks' start
-    positions (a list or array, the first 0: blocks of any lengths). The one pooling function: ``Weights.pooled``,
-    the long-text survey and the figures' mosaics all reduce through it. ``out`` (one ``how``, a block length):
-    the tensor the result is written into and returned, so a loop over tiles allocates nothing."""
+def block_size(n: int, blocks: int) -> int:
+    """Positions per block when ``n`` positions are cut into at most ``blocks`` blocks: ceil(n / blocks), every block
+    that long but the last, which may be shorter. The one block-boundary rule: ``Weights.pooled``, the long-text
+    survey's grids, the overview tiles and the notebook all cut blocks so (``block_reduce``, ``pool``)."""
+    return max(1, -(-n // blocks))
+
+
+def pool(a: np.ndarray, size: int, axis: int, how: str = "max") -> np.ndarray:
+    """``a`` (an array) shrunk to at most ``size`` along ``axis`` by the block ``how`` ("max", "min" or "sum") of
+    blocks of ``block_size`` positions; ``a`` itself where it already fits."""
+    b = block_size(a.shape[axis], size)
+    return a if b == 1 else block_reduce(tensor_view(a), b, axis, how).numpy()
+
+
+def block_reduce(x: torch.Tensor, b: int, dim: int, how: str | None = None, out: torch.Tensor | None = None):
+    """Max and sum of ``x`` over consecutive blocks of ``b`` positions along ``dim`` (the last may be shorter); only
+    the max, min or sum when ``how`` is "max", "min" or "sum". The one pooling function: ``Weights.pooled``, the
+    long-text survey and the figures' mosaics all reduce through it, with blocks of ``block_size``. ``out`` (one
+    ``how``): the tensor the result is written into and returned, so a loop over tiles allocates nothing."""
     dim = dim % x.ndim
     if out is not None:
         return _block_reduce_into(x, int(b), dim, how, out)
-    if not isinstance(b, (int, np.integer)):
-        return _uneven_reduce(x, np.asarray(b, np.int64), dim, how)
     shape = list(x.shape)
     shape[dim] = -(-shape[dim] // b)  # (…, blocks, …)
     outs = [_block_reduce_into(x, int(b), dim, name, x.new_empty(shape)) for name in ([how] if how else ["max", "sum"])]
@@ -382,29 +393,6 @@ def _block_reduce_into(x: torch.Tensor, b: int, dim: int, how: str, out: torch.T
     if n > full * b:
         op(x.narrow(dim, full * b, n - full * b), dim, keepdim=True, out=out.narrow(dim, full, 1))
     return out
-
-
-def _uneven_reduce(x: torch.Tensor, starts: np.ndarray, dim: int, how: str | None):
-    """``block_reduce`` over blocks beginning at ``starts``: blocks of one length take its fast path; others are
-    gathered to the longest block's length, a shorter block repeating its last position (left out of a sum)."""
-    n = x.shape[dim]
-    lengths = np.diff(np.append(starts, n))  # (s,)
-    if len(starts) == 1 or (np.all(starts == np.arange(len(starts)) * lengths[0]) and lengths[-1] <= lengths[0]):
-        return block_reduce(x, int(lengths[0]), dim, how)
-    width = int(lengths.max())
-    offsets = np.minimum(np.arange(width)[None, :], lengths[:, None] - 1)  # (s, width)
-    index = torch.from_numpy(starts[:, None] + offsets).flatten()  # (s · width,)
-    blocks = x.index_select(dim, index).unflatten(dim, (len(starts), width))  # (…, s, width, …)
-    out = []
-    for name in ("max", "min", "sum"):
-        if how == name or (how is None and name != "min"):
-            if name == "sum":
-                keep = torch.from_numpy(np.arange(width)[None, :] < lengths[:, None])  # (s, width)
-                keep = keep.reshape(keep.shape + (1,) * (x.ndim - dim - 1)).to(x.dtype)
-                out.append((blocks * keep).sum(dim + 1))
-            else:
-                out.append((torch.amax if name == "max" else torch.amin)(blocks, dim + 1))
-    return out[0] if how is not None else tuple(out)
 
 
 def block_counts(n: int, b: int) -> torch.Tensor:
@@ -478,23 +466,33 @@ class Weights:
         return out
 
     def pooled(self, size: int, reduce: str = "max") -> np.ndarray:
-        """(L, H, s_q, s_k): every head pooled to at most size × size blocks of ceil(T / size) positions
-        (the last block may be shorter), by block max or mean; tile by tile, whole row blocks per tile."""
+        """(L, H, s_q, s_k): every head pooled to at most size × size blocks of ``block_size`` positions, by block
+        max or mean; tile by tile, whole row blocks per tile."""
+        return np.stack([self._pool(layer, self.heads(None), size, reduce, False) for layer in range(self.shape[0])])
+
+    def pooled_head(self, layer: int, head: int | None, size: int, reduce: str = "max") -> np.ndarray:
+        """(s_q, s_k): one head pooled as ``pooled`` pools it; ``head`` None: the block max or mean of the layer's
+        mean over heads (not the mean of each head's block max)."""
+        return self._pool(layer, self.heads(head), size, reduce, head is None)[0]
+
+    def _pool(self, layer: int, heads: list, size: int, reduce: str, mean: bool) -> np.ndarray:
+        """(h, s_q, s_k) the ``heads`` of ``layer`` pooled, or (1, s_q, s_k) their mean's when ``mean``."""
         if reduce not in ("max", "mean"):
             raise ValueError(f"reduce must be 'max' or 'mean', not {reduce!r}")
         if size < 1:
             raise ValueError(f"the pooled size must be at least 1, not {size}")
-        L, H, Tq, Tk = self.shape
-        bq, bk = -(-Tq // size), -(-Tk // size)  # block sizes
-        out = torch.empty(L, H, -(-Tq // bq), -(-Tk // bk))
-        step = rows_per_tile(H, Tk, bq)  # whole row blocks per tile
+        _, _, Tq, Tk = self.shape
+        bq, bk = block_size(Tq, size), block_size(Tk, size)
+        out = torch.empty(1 if mean else len(heads), -(-Tq // bq), -(-Tk // bk))
+        step = rows_per_tile(len(heads), Tk, bq)  # whole row blocks per tile
         how = "max" if reduce == "max" else "sum"
         with torch.inference_mode():
-            for layer in range(L):
-                for a in range(0, Tq, step):
-                    w = self._tensor(layer, list(range(H)), a, min(a + step, Tq))  # (H, rows, Tk)
-                    w = block_reduce(block_reduce(w, bq, 1, how), bk, 2, how)  # (H, rows / bq, s_k), rows first
-                    out[layer, :, a // bq: a // bq + w.shape[1]] = w
+            for a in range(0, Tq, step):
+                w = self._tensor(layer, heads, a, min(a + step, Tq))  # (h, rows, Tk)
+                if mean:
+                    w = w.mean(0, keepdim=True)  # (1, rows, Tk)
+                w = block_reduce(block_reduce(w, bq, 1, how), bk, 2, how)  # (h, rows / bq, s_k), rows first
+                out[:, a // bq: a // bq + w.shape[1]] = w
             if reduce == "mean":
                 out /= block_counts(Tq, bq)[:, None] * block_counts(Tk, bk)[None, :]
         return out.numpy()

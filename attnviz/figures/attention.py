@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from .view import StackView, colour_position, colour_top, focus_weights, head_weights, log_ticks
 from .analysis import head_map
+from .explorer import head_name
 from .common import (KEY_BELOW, KEY_UNDER, LABELS_BELOW, LINE_BREAK, NUMBERS_LEFT, PROB_SCALE, SIDE_KEY, labels_margin,
                      cell_tokens, hover_names, right_of_key_under, safe, top_title)
 from .overview import MASK_COLOUR, head_grid
@@ -147,7 +148,7 @@ def explorer_figures(
     (1, H, Tq, Tk)). Colours run up to each head's own high quantile, or 0–1 with ``full_range``.
     """
     n_heads = view.attn.shape[1]
-    name = f"layer {layer}, mean of {n_heads} heads" if head is None else f"layer {layer}, head {head}"
+    name = head_name(layer, head, n_heads)
     scale = dict(log_scale=log_scale, full_range=full_range)
     figs = {
         "overview": head_grid(tiles, view.masked, (layer, head), **scale),

@@ -14,22 +14,14 @@ from ..core.tokens import clean, labels
 from .common import (EDGE, KEY_BELOW, KEY_UNDER, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE, lut,
                      SIDE_KEY, cell_tokens, head_points, labels_margin, right_of_key_under, safe, token_note, top_title,
                      wrap_title)
+from .explorer import CELLS, overview_size  # noqa: F401  (the CLI, ui/display and export read them here)
 
-CELLS = 256  # tokens a side that a heatmap draws cell by cell: a 256 × 256 float32 head is ~0.35 MB of figure
-# (exact on hover), so a page of two or three stays under 2 MB; a 512 × 512 one alone is 1.4 MB. Past it the
-# Attention page (ui/long.py) and the CLI pool, and the other pages draw a window
-OVERVIEW_PIXELS = 100_000  # the mosaic's pixel budget: ≲ 0.35 MB of PNG (noise-like maps) for any number of heads
 QUANTILE = 99.5  # colour ranges run up to this percentile of what is drawn, written on the figure
 WINDOW_TICKS = 64  # a window labels at most this many tokens down its query axis (WINDOW_ROW px a label)…
 WINDOW_KEY_TICKS = 16  # …and this many along its key axis: slanted labels need ~12 px each (~200 px at 800)
 WINDOW_ROW = 15  # pixels per labelled row of a window: a 12 px label and a gap (at 12 px a row, 64 labels piled up)
 SHADED = 400  # the most tokens the reach text shades
 REDUCES = {"max": "block max", "mean": "block mean"}
-
-
-def overview_size(n_layers: int, n_heads: int, most: int = 64) -> int:
-    """Pixels per side of each head's tile so that every head fits the mosaic's budget."""
-    return int(max(8, min(most, np.sqrt(OVERVIEW_PIXELS / (n_layers * n_heads)))))
 
 
 def colour_top(values: np.ndarray) -> float:

@@ -12,7 +12,7 @@ import plotly.colors
 import plotly.graph_objects as go
 from plotly.utils import image_array_to_data_uri
 
-from ..core.weights import block_reduce, tensor_view
+from ..core.weights import pool
 from .view import Options, colour_position, colour_tops, layer_views
 from .common import NUMBERS_LEFT, head_points, lut, top_title
 
@@ -20,21 +20,11 @@ TILE = 64  # pixels per tile side at most; more than a tile ever gets on screen 
 MASK_COLOUR = "#d9d9d9"  # cells a causal model cannot attend to (future tokens), here and in the heatmaps
 
 
-def max_pool(a: np.ndarray, size: int, axis: int, op=np.maximum) -> np.ndarray:
-    """``a`` shrunk to ``size`` along ``axis`` by ``op`` (np.maximum or np.minimum) over contiguous, nearly equal
-    blocks (``block_reduce`` over blocks starting at k·n // size)."""
-    n = a.shape[axis]
-    if size >= n:
-        return a
-    how = {np.maximum: "max", np.minimum: "min"}[op]
-    return block_reduce(tensor_view(a), (np.arange(size) * n) // size, axis, how).numpy()
-
-
 def tiles(attn: np.ndarray, tile: int = TILE) -> np.ndarray:
-    """(..., ≤tile, ≤tile): each head of (..., Tq, Tk) max-pooled to what its overview tile shows; pooling tiles
-    again changes nothing, so ``head_grid`` takes either."""
+    """(..., ≤tile, ≤tile): each head of (..., Tq, Tk) max-pooled (``core.weights.pool``) to what its overview tile
+    shows; pooling tiles again changes nothing, so ``head_grid`` takes either."""
     attn = np.asarray(attn, np.float32)
-    return max_pool(max_pool(attn, tile, attn.ndim - 2), tile, attn.ndim - 1)
+    return pool(pool(attn, tile, attn.ndim - 2), tile, attn.ndim - 1)
 
 
 def stack_tiles(stack, options: Options, tile: int = TILE) -> np.ndarray:
@@ -49,14 +39,14 @@ def mosaic(attn: np.ndarray, masked: np.ndarray | None = None, log_scale: bool =
 
     Colours are 0–1 with ``full_range``, else each tile's own up to its head's high quantile (``colour_tops``).
     """
-    L, H, Tq, Tk = attn.shape
+    L, H = attn.shape[:2]
     pooled = tiles(attn, tile)  # (L, H, Sq, Sk)
     Sq, Sk = pooled.shape[2:]
     top = 1.0 if full_range or log_scale else colour_tops(pooled)[..., None, None]  # (L, H, 1, 1)
     rgb = lut()[np.rint(colour_position(pooled, log_scale, top) * 255).astype(np.uint8)]  # (L, H, Sq, Sk, 3)
     if masked is not None:
         # A pixel is grey only when its whole block is masked.
-        blocks = max_pool(max_pool(np.asarray(masked, np.uint8), tile, 0, np.minimum), tile, 1, np.minimum)
+        blocks = pool(pool(np.asarray(masked, np.uint8), tile, 0, "min"), tile, 1, "min")
         rgb[:, :, blocks.astype(bool)] = np.array(plotly.colors.hex_to_rgb(MASK_COLOUR), np.uint8)
     padded = np.full((L, H, Sq + gap, Sk + gap, 3), 255, np.uint8)
     padded[:, :, :Sq, :Sk] = rgb
@@ -72,9 +62,9 @@ def head_grid(attn: np.ndarray, masked: np.ndarray | None = None, selected: tupl
     Each tile is coloured up to its own head's high quantile, so a diffuse head is not blank; 0–1 with
     ``full_range``.
     """
-    L, H, Tq, Tk = attn.shape
+    L, H = attn.shape[:2]
     image = mosaic(attn, masked, log_scale, tile, full_range=full_range)
-    sq, sk = min(Tq, tile) + 1, min(Tk, tile) + 1  # tile pitch in pixels, gap included
+    sq, sk = (image.shape[0] + 1) // L, (image.shape[1] + 1) // H  # tile pitch in pixels, gap included
     layer, head = np.divmod(np.arange(L * H), H)  # (L·H,) each point's layer and head
     shapes = []
     if selected is not None:

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..core.tokens import clean, labels, word_labels, word_spans
+from ..core.weights import hidden_keys
 
 LOG_DECADES = 4  # the log colour scale spans 1e-4 … 1; smaller weights get the lowest colour
 
@@ -92,7 +93,7 @@ def stack_view(name: str, attn, q: Side, k: Side, causal: bool, options: Options
         q_text, k_text = _tokens_text(q_tokens, q_words), _tokens_text(k_tokens, k_words)
     if options.threshold > 0:
         attn = np.where(attn < options.threshold, np.float32(0), attn)
-    masked = k_pos[None, :] > q_pos[:, None] if causal else None  # (Tq', Tk')
+    masked = hidden_keys(q_pos[:, None], k_pos[None, :], True, None) if causal else None  # (Tq', Tk')
     return StackView(name, attn, q_labels, k_labels, q_text, k_text, masked)
 
 

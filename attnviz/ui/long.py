@@ -13,11 +13,12 @@ import streamlit as st
 
 from attnviz import analysis, settings
 from attnviz.backends import footprint
-from attnviz.analysis.long import SURVEY_TILES, Reducer, Survey, block_size, survey, survey_tile, trace_with_survey, window
+from attnviz.analysis.long import SURVEY_TILES, Reducer, Survey, survey, survey_tile, trace_with_survey
 from attnviz.core.tokens import clean
+from attnviz.core.weights import block_size
 from attnviz.figures import long as figs
+from attnviz.figures.explorer import CELLS, DETAIL, WINDOW_MAX, Explorer, is_long, overview_size
 from attnviz.ui import jobs
-from attnviz.ui.display import CELLS  # up to CELLS tokens the Attention page draws every head cell by cell
 from attnviz.ui.frame import STILL_CSS, layer_head, max_tokens, resolve
 from attnviz.ui.heads import head_chart
 from attnviz.ui.progress import Bar
@@ -26,7 +27,6 @@ from attnviz.ui.escape import plain
 from attnviz.ui.links import linked_number
 
 
-DETAIL = 256  # blocks a side of a head at block resolution
 FOCUS = 1  # the token a long text's reach opens on: the survey keeps its column, read during the forward
 class _Survey(NamedTuple):
     reducer: Reducer  # the survey read during the forward
@@ -92,14 +92,14 @@ def tracer(key: str, text: str, chat: bool = False, model=None):
     frame traces the text for the cell-by-cell explorer. A text is traced once, one way or the other. ``chat``: in
     the model's chat template."""
     model, cap = resolve(key) if model is None else model, max_tokens()
-    if not (_found(("long", key, text, cap, chat), model) is not None or model.limit(cap) > CELLS
-            and footprint.n_tokens(model, text, cap, chat) > CELLS):
+    if not (_found(("long", key, text, cap, chat), model) is not None
+            or is_long(model.limit(cap)) and is_long(footprint.n_tokens(model, text, cap, chat))):
         return None
     st.markdown(f"<style>{STILL_CSS}</style>", unsafe_allow_html=True)  # our own constant, no user text
     return long_trace(key, text, cap, chat, model)
 
 
-def is_long(trace) -> bool:
+def made_long(trace) -> bool:
     """Whether ``trace`` was made by ``long_trace`` (the Attention page shows it with ``explore``)."""
     return STORE.extra(trace.stack(None).weights) is not None
 
@@ -166,9 +166,6 @@ def cached_survey(stack, overview: int) -> Survey:
     return entry.surveys[overview]
 
 
-WINDOW_MAX = 256  # tokens a side of the exact window: 65,536 cells, ~0.35 MB of float32 in the page
-
-
 def initial(key: str, value: int) -> dict:
     """A widget's default, unless a click or a box already set it (a default beside that makes Streamlit warn)."""
     return {} if key in st.session_state else {"value": value}
@@ -211,8 +208,9 @@ def detail(key: str, text: str, cap: int, overview: int, layer: int, head: int |
            chat: bool = False) -> None:
     """The block map and its exact window: a zoom (typed, or a box dragged on the map) reruns only this. It takes
     keys, not the trace: a fragment lives in the session's state."""
-    stack = long_trace(key, text, cap, chat).stack(None)
-    survey, T = cached_survey(stack, overview), stack.queries.n_tokens
+    trace = long_trace(key, text, cap, chat)
+    ex = Explorer(trace, survey=cached_survey(trace.stack(None), overview))
+    T = ex.Tq
     # The window's default size follows the text (a short text's 16 stays no longer than that text does).
     default, before = min(64, T), st.session_state.get("zoom_default")
     if before is not None and before != default and st.session_state.get("zoom_size") == before:
@@ -224,14 +222,12 @@ def detail(key: str, text: str, cap: int, overview: int, layer: int, head: int |
                          help=f"At most {WINDOW_MAX} tokens: every cell is drawn with its exact weight.",
                          **initial("zoom_size", default))
     start, stop = int(start), min(T, int(start) + int(size))
-    blocks = (survey.layer_max[layer] if reduce == "max" else survey.pooled("detail", reduce)[layer].mean(0)) \
-        if head is None else survey.pooled("detail", reduce)[layer, head]  # (s, s)
+    blocks = ex.block_map(layer, head, reduce)  # (s, s)
     # One above the other: beside the block map, a window's 24 key labels and 64 rows had ~160 px.
-    st.plotly_chart(figs.blocks_heatmap(blocks, survey.starts["detail"], survey.block("detail"), T, name, reduce,
-                                        (start, stop)), key="long_blocks", on_select=partial(zoom_to_box, T),
-                    selection_mode="box")
-    w = window(stack.weights, layer, head, start, stop)  # (n, n) exact
-    st.plotly_chart(figs.window_heatmap(w, start, stack.queries.tokens, name), key="long_window")
+    st.plotly_chart(figs.blocks_heatmap(blocks, ex.starts(), ex.block()[0], T, name, reduce, (start, stop)),
+                    key="long_blocks", on_select=partial(zoom_to_box, T), selection_mode="box")
+    w = ex.window(layer, head, start, stop)  # (n, n) exact
+    st.plotly_chart(figs.window_heatmap(w, start, ex.q_tokens, name), key="long_window")
     st.caption(f"These rows keep {w.sum(1).mean():.1%} of their weight inside the window on average; "
                "the rest goes to tokens outside it.")
 
@@ -263,14 +259,14 @@ def explore(f) -> None:
         st.caption("An encoder–decoder: this page shows the encoder's self-attention.")
     reduce = st.radio("Pool blocks by their", list(figs.REDUCES), key="pool", bind="query-params", horizontal=True,
                       help="max keeps a single sharp weight visible; mean shows where weight lies.")
-    small = figs.overview_size(L, H)
+    small = overview_size(L, H)
     surveyed = cached_survey(stack, small)
+    ex = Explorer(f.trace, survey=surveyed)
     layer, head = layer_head(L, H, with_mean=True)
-    name = f"layer {layer}, mean of {H} heads" if head is None else f"layer {layer}, head {head}"
+    name = ex.head_name(layer, head)
 
     st.subheader("Every head")
-    mosaic = figs.head_mosaic(surveyed.pooled("overview", reduce), reduce, T, surveyed.block("overview"),
-                              (layer, head))
+    mosaic = figs.head_mosaic(ex.pooled("overview", reduce), reduce, T, ex.block("overview")[0], (layer, head))
     head_chart(mosaic, "long_overview", H, page=None)  # point i of the mosaic is head i, row by row
 
     st.subheader("Detail and zoom")
@@ -290,9 +286,8 @@ def explore(f) -> None:
         else:
             c2.caption(f"No word reads {plain(word)!s}.")
     focus = int(linked_number(c1, "Token position", 0, T - 1, "token", **initial("token", min(FOCUS, T - 1))))
-    side, heads = stack.name if stack.name != "self" else None, stack.weights.heads(head)  # the heads a view reads
-    row, kept = f.trace.row(layer, head, focus, side), surveyed.columns.get(focus)  # (Tk,), (L, H, Tq) or None
-    col = f.trace.column(layer, head, focus, side) if kept is None else kept[layer, heads].mean(0)  # (Tq,)
+    heads = stack.weights.heads(head)  # the heads a view reads
+    row, col = ex.line(layer, head, focus, "to"), ex.line(layer, head, focus, "from")  # (Tk,), (Tq,)
     st.plotly_chart(figs.reach_lines(row, col, focus, clean(tokens[focus]), name), key="long_reach",
                     on_select=follow_point, selection_mode="points")
     direction = st.radio("Shade the text by", ["what it attends to", "what attends to it"], key="reach_dir",

@@ -7,9 +7,9 @@ in its state and in the saved notebook, while the canvas code is a few KB and th
 as float32 binary (exact: hover reads them, and the colours follow the app's own scale and ranges). The overview is
 the app's mosaic (``figures.overview.mosaic``) as a PNG.
 
-The kernel computes what is on screen only, through ``trace.head/row/column/pooled`` and ``analysis.long.window``:
-a text up to SCREEN × SCREEN cells sends its whole head (≤ 1 MB); a longer one sends the head at block resolution
-and an exact window, as the Attention page does past 256 tokens. Without a kernel (nbconvert, a rendered notebook) the cell
+What it shows is the app's explorer model (``figures.explorer``), computed for what is on screen only: a stack up to
+CELLS × CELLS cells sends its whole head; a longer one sends the head at block resolution and an exact window, as the
+Attention page does. Without a kernel (nbconvert, a rendered notebook) the cell
 shows static PNGs of the overview and the head. Never imports Streamlit.
 """
 
@@ -24,28 +24,20 @@ import numpy as np
 import plotly.colors
 from plotly.utils import image_array_to_data_uri
 
-from ..analysis.long import block_size, window as long_window
-from ..figures.common import lut
-from ..figures.long import overview_size
-from ..figures.overview import MASK_COLOUR, TILE, max_pool, mosaic
 from ..core.outputs import from_attentions
-from ..core.tokens import clean, labels
+from ..core.tokens import clean
 from ..core.trace import AttentionTrace, Seq2SeqTrace, stacks
+from ..core.weights import pool
+from ..figures.common import lut
+from ..figures.explorer import WINDOW_MAX, Explorer, overview_size
+from ..figures.overview import MASK_COLOUR, TILE, mosaic
 from ..figures.view import colour_top
 
-SCREEN = 512  # a head up to SCREEN × SCREEN cells is sent whole (1 MB of float32); a longer one as blocks + window
-DETAIL = 256  # blocks a side of a long head at block resolution (as the Attention page past 256 tokens)
-WINDOW_MAX = 256  # tokens a side of a long text's exact window
 STATIC_PIXELS = 256  # the most pixels a side of the static head image
 INSTALL = "the notebook explorer needs anywidget: pip install 'attnviz[notebook]' (or -r requirements-notebook.txt)"
 STATIC = resources.files(__package__) / "static"  # package data: the widget's script and style as real files
 ESM = (STATIC / "notebook.js").read_text(encoding="utf-8")
 CSS = (STATIC / "notebook.css").read_text(encoding="utf-8")
-
-
-def head_name(layer: int, head: int | None, n_heads: int) -> str:
-    """The app's name of a head (or of the layer's mean)."""
-    return f"layer {layer}, mean of {n_heads} heads" if head is None else f"layer {layer}, head {head}"
 
 
 def raw_tokens(labels) -> dict[str, str]:
@@ -58,69 +50,27 @@ def _f32(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(a, np.float32).tobytes()
 
 
-def _block_mask(Tq: int, Tk: int, bq: int, bk: int) -> np.ndarray:
-    """(sq, sk) bool: blocks a causal model cannot see at all (every key after every query of the block)."""
-    last_query = np.minimum(np.arange(0, Tq, bq) + bq, Tq) - 1 + (Tk - Tq)  # (sq,)
-    return np.arange(0, Tk, bk)[None, :] > last_query[:, None]
-
-
-class View:
-    """What the explorer shows of one stack of a trace, computed on demand; every method returns plain data."""
-
-    def __init__(self, trace, stack: str):
-        self.trace, self.name = trace, stack
-        s = stacks(trace)[stack]
-        self.side = None if stack == "self" else stack
-        self.L, self.H, self.Tq, self.Tk = s.weights.shape
-        self.causal = s.causal
-        self.q_tokens, self.k_tokens = s.queries.tokens, s.keys.tokens
-        self.q_labels, self.k_labels = labels(self.q_tokens), labels(self.k_tokens)
-        self.long = self.Tq * self.Tk > SCREEN * SCREEN
-        self._pooled = None
-
-    def pooled(self) -> np.ndarray:
-        """(L, H, s, s) block max of every head, ≤ DETAIL blocks a side: one pass, kept for the overview and zoom."""
-        if self._pooled is None:
-            self._pooled = self.trace.pooled(DETAIL, self.side)
-        return self._pooled
-
-    def blocks(self) -> tuple[int, int]:
-        return block_size(self.Tq, DETAIL), block_size(self.Tk, DETAIL)
+class View(Explorer):
+    """The explorer model of one stack (``figures.explorer.Explorer``, the app's) as the widget's plain data."""
 
     def overview_image(self) -> tuple[np.ndarray, int, int]:
-        """(the app's mosaic of every head, tile pitch down, tile pitch across) in pixels, gaps included."""
-        p = self.pooled()
-        masked = _block_mask(self.Tq, self.Tk, *self.blocks()) if self.causal else None
+        """(the app's mosaic of every head, tile pitch down, tile pitch across) in pixels, gaps included: the detail
+        blocks pooled to the overview's, as the Attention page pools them."""
         tile = overview_size(self.L, self.H) if self.long else TILE
-        image = mosaic(p, masked, tile=tile)
-        return image, min(p.shape[2], tile) + 1, min(p.shape[3], tile) + 1
+        image = mosaic(self.pooled(), self.block_mask(), tile=tile)
+        return image, (image.shape[0] + 1) // self.L, (image.shape[1] + 1) // self.H
 
     def overview(self) -> dict:
         image, pq, pk = self.overview_image()
         scale = "each head on its own colour range"
         if self.long:
-            scale = f"block max of {self.blocks()[1]:,}-token blocks · {scale}"
+            scale = f"block max of {self.block('overview')[1]:,}-token blocks · {scale}"
         return dict(png=image_array_to_data_uri(image), pitch=[pq, pk], size=[image.shape[0], image.shape[1]],
                     title=f"all {self.L} layers × {self.H} heads · {scale} · click a head to open it")
 
-    def head(self, layer: int, head: int | None) -> np.ndarray:
-        """(Tq, Tk) the whole head (short texts only)."""
-        return self.trace.head(layer, head, self.side)
-
-    def window(self, layer: int, head: int | None, start: int, stop: int) -> np.ndarray:
-        """Exact weights of queries and keys ``start:stop`` (clipped to each axis)."""
-        if self.Tq == self.Tk:
-            return long_window(self.stack_weights, layer, head, start, stop)
-        rows = range(start, min(stop, self.Tq))
-        return np.stack([self.trace.row(layer, head, q, self.side)[start:min(stop, self.Tk)] for q in rows])
-
-    @property
-    def stack_weights(self):
-        return self.trace.stack(self.side).weights
-
     def detail(self, layer: int, head: int | None, window: tuple[int, int]) -> dict:
         """One head: whole (short) or at block resolution with an exact window (long)."""
-        name = head_name(layer, head, self.H)
+        name = self.head_name(layer, head)
         if not self.long:
             w = self.head(layer, head)
             masked = self.mask(0, self.Tq, 0, self.Tk)
@@ -129,37 +79,29 @@ class View:
         start, stop = window
         w = self.window(layer, head, start, stop)
         rows, cols = [start, start + w.shape[0]], [start, start + w.shape[1]]
-        p = self.pooled()[layer]
-        b = p.mean(0) if head is None else p[head]  # (s, s)
-        bq, bk = self.blocks()
+        b = self.block_map(layer, head)  # (s_q, s_k)
+        bq, bk = self.block()
         return dict(title=f"{name} · tokens {start:,}–{rows[1] - 1:,}, exact weights", rows=rows, cols=cols,
                     top=colour_top(w, self.mask(*rows, *cols)), weights=_f32(w), causal=self.causal,
                     blocks=dict(title=f"{name} · block max of {bk:,}-token blocks · click to zoom",
                                 shape=list(b.shape), block=[bq, bk], top=max(float(np.percentile(b, 99.5)), 1e-6),
                                 weights=_f32(b)))
 
-    def mask(self, q0: int, q1: int, k0: int, k1: int) -> np.ndarray | None:
-        """(q1 − q0, k1 − k0) bool, True where a causal model cannot look; None when nothing is hidden."""
-        if not self.causal:
-            return None
-        return np.arange(k0, k1)[None, :] > np.arange(q0, q1)[:, None] + (self.Tk - self.Tq)
-
     def focus(self, layer: int, head: int | None, index: int, direction: str) -> dict:
         """One token's weights (its row, "to", or its column, "from") in the head and in every head of the layer."""
-        read = self.trace.row if direction == "to" else self.trace.column
         token = (self.q_tokens if direction == "to" else self.k_tokens)[index]
         word = clean(token) if len(clean(token)) <= 20 else clean(token)[:19] + "…"
         what = f"what “{word}” attends to" if direction == "to" else f"what attends to “{word}”"
-        every = np.stack([read(layer, h, index, self.side) for h in range(self.H)])  # (H, T)
+        every = np.stack([self.line(layer, h, index, direction) for h in range(self.H)])  # (H, T)
         one = every.mean(0) if head is None else every[head]
-        return dict(title=f"{what} · {head_name(layer, head, self.H)}", heads_title=f"{what} · every head of layer {layer}",
+        return dict(title=f"{what} · {self.head_name(layer, head)}", heads_title=f"{what} · every head of layer {layer}",
                     index=index, direction=direction, weights=_f32(one), heads=_f32(every),
                     top=max(float(every.max()), 1e-6))
 
     def links(self, query: int, key: int) -> dict:
         """The weight query ``query`` gives key ``key`` in every head, (L, H)."""
-        values = np.array([[self.trace.row(l, h, query, self.side)[key] for h in range(self.H)] for l in range(self.L)])
-        hidden = bool(self.causal and key > query + (self.Tk - self.Tq))
+        values = np.array([[self.line(l, h, query, "to")[key] for h in range(self.H)] for l in range(self.L)])
+        hidden = bool(self.mask(query, query + 1, key, key + 1)[0, 0]) if self.causal else False
         return dict(title=f"how much “{self.q_labels[query]}” attends to “{self.k_labels[key]}” · click a head to open it",
                     query=query, key=key, weights=_f32(values), top=max(float(values.max()), 1e-6),
                     note="A causal model's query never sees a later token: every head gives this pair 0." if hidden else "")
@@ -167,18 +109,16 @@ class View:
     def static_images(self, layer: int, head: int | None) -> tuple[np.ndarray, np.ndarray, str]:
         """(overview RGB, head RGB, head title): the static display, the head at most STATIC_PIXELS a side."""
         if self.long:
-            p = self.pooled()[layer]
-            w, masked = (p.mean(0) if head is None else p[head]), None
-            title = f"{head_name(layer, head, self.H)} · block max of {self.blocks()[1]:,}-token blocks"
+            w, masked = self.block_map(layer, head), None
+            title = f"{self.head_name(layer, head)} · block max of {self.block()[1]:,}-token blocks"
         else:
             w, masked = self.head(layer, head), self.mask(0, self.Tq, 0, self.Tk)
-            title = head_name(layer, head, self.H)
+            title = self.head_name(layer, head)
         top = colour_top(w, masked)
-        small = max_pool(max_pool(w, STATIC_PIXELS, 0), STATIC_PIXELS, 1)
+        small = pool(pool(w, STATIC_PIXELS, 0), STATIC_PIXELS, 1)
         rgb = lut()[np.rint(np.clip(small / top, 0, 1) * 255).astype(np.uint8)]
         if masked is not None:
-            hidden = max_pool(max_pool(masked.astype(np.uint8), STATIC_PIXELS, 0, np.minimum), STATIC_PIXELS, 1,
-                              np.minimum).astype(bool)
+            hidden = pool(pool(masked.astype(np.uint8), STATIC_PIXELS, 0, "min"), STATIC_PIXELS, 1, "min").astype(bool)
             rgb[hidden] = np.array(plotly.colors.hex_to_rgb(MASK_COLOUR), np.uint8)
         return self.overview_image()[0], rgb, title
 

@@ -214,4 +214,6 @@ def test_the_cell_by_cell_view_never_reads_every_weight_at_once(monkeypatch):
     np.testing.assert_allclose(decode(figs["links"]["data"][0]["z"]), ref[:, :, barked, dog], atol=1e-7)
     want = head_grid(ref, None, (4, 2))
     assert figs["overview"]["data"][0]["source"] == want.data[0].source  # the same image, pixel for pixel
-    assert png_pixels(want).shape[:2] == (6 * 65 - 1, 12 * 65 - 1)
+    T = trace.n_tokens
+    side = -(-T // -(-T // 64))  # pixels a tile: blocks of ceil(T / 64) tokens, the one block rule (core.weights)
+    assert side == 62 and png_pixels(want).shape[:2] == (6 * (side + 1) - 1, 12 * (side + 1) - 1)

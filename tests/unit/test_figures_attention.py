@@ -236,10 +236,12 @@ def test_overview_max_pools_long_texts_and_greys_fully_masked_blocks():
     a = softmax_rows((1, 1, n, n), causal=True)
     masked = np.triu(np.ones((n, n), bool), 1)
     px = png_pixels(head_grid(a, masked, tile=tile, full_range=True))
-    assert px.shape == (tile, tile, 3)
-    edges = [i * n // tile for i in range(tile)] + [n]
-    for i in range(0, tile, 7):
-        for j in range(0, tile, 5):
+    b = -(-n // tile)  # the one block rule (core.weights.block_size): blocks of ceil(n / tile) tokens
+    s = -(-n // b)
+    assert px.shape == (s, s, 3)
+    edges = list(range(0, n, b)) + [n]
+    for i in range(0, s, 7):
+        for j in range(0, s, 5):
             rows, cols = slice(edges[i], edges[i + 1]), slice(edges[j], edges[j + 1])
             if masked[rows, cols].all():
                 np.testing.assert_array_equal(px[i, j], [217, 217, 217])
