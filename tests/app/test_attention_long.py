@@ -292,3 +292,26 @@ def test_a_3000_token_text_asks_for_no_dense_weights(monkeypatch):
     at = ok(open_page("pages/1_Attention.py", timeout=600, model="builtin:seed", text=text))
     assert any(c.value.startswith("**builtin:seed**") and "3000 tokens" in c.value for c in at.caption)
     assert {"long_overview", "long_blocks", "long_window", "long_reach", "long_sinks", "long_distance"} <= set(charts(at))
+
+
+@pytest.mark.parametrize("head", ["5", "mean"])
+def test_the_long_page_and_the_notebook_draw_one_explorer_model(head):
+    """The long page's block map and exact window are the notebook explorer's for the same trace (figures/explorer:
+    the page reads it with the survey of its forward, the notebook with trace.pooled)."""
+    from attnviz.ui.long import _LONG
+    from attnviz.ui.notebook import View
+
+    text = words_of(600)
+    at = ok(open_page("pages/1_Attention.py", timeout=300, model="builtin:seed", text=text, layer="2", head=head,
+                      zoom_start="100", zoom_size="48"))
+    figs = charts(at)
+    d = View(_LONG["builtin:seed", text, N, False].trace, "self").detail(2, None if head == "mean" else 5, (100, 148))
+    name = "layer 2, mean of 8 heads" if head == "mean" else "layer 2, head 5"
+    blocks = np.frombuffer(d["blocks"]["weights"], np.float32).reshape(d["blocks"]["shape"])  # (200, 200)
+    np.testing.assert_allclose(decode(figs["long_blocks"]["data"][0]["z"]), blocks, rtol=1e-6, atol=1e-9)
+    np.testing.assert_array_equal(decode(figs["long_blocks"]["data"][0]["x"]), np.arange(0, 600, 3))
+    assert f"{name} · block max of 3-token blocks" in figs["long_blocks"]["layout"]["title"]["text"]
+    assert d["blocks"]["title"].startswith(f"{name} · block max of 3-token blocks")
+    window = np.frombuffer(d["weights"], np.float32).reshape(48, 48)
+    np.testing.assert_allclose(decode(figs["long_window"]["data"][0]["z"]), window, rtol=1e-6, atol=1e-9)
+    assert d["rows"] == d["cols"] == [100, 148]

@@ -183,6 +183,27 @@ def test_encoder_decoder_stacks():
     np.testing.assert_allclose(weights(v.detail), t.head(1, 0, "cross"), atol=1e-6)
 
 
+@pytest.mark.parametrize("n", [256, 257])
+def test_the_notebook_pools_past_the_same_length_as_the_app(n):
+    """One threshold (figures/explorer.CELLS): up to 256 tokens the whole head; past it the head's blocks of the one
+    rule (ceil(T / 256) tokens) by max, its layer's mean as the blocks of the heads' mean, and an exact window."""
+    t = attnviz.load("builtin:seed").trace(" ".join(["river stone cloud"] * 100), max_tokens=n)
+    assert t.n_tokens == n
+    w = attnviz.explorer(t, 1, 2)
+    assert w.info["long"] == (n > 256) and w.info["window_max"] == 256
+    if n == 256:
+        np.testing.assert_array_equal(weights(w.detail), t.head(1, 2))
+        return
+    A = t.attentions
+    blocks = lambda a: np.maximum.reduceat(np.maximum.reduceat(a, np.arange(0, n, 2), 0), np.arange(0, n, 2), 1)  # noqa: E731
+    assert w.detail["rows"] == w.detail["cols"] == [0, 64] and w.detail["blocks"]["block"] == [2, 2]
+    np.testing.assert_allclose(weights(w.detail), A[1, 2, :64, :64], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(weights(w.detail["blocks"]).reshape(129, 129), blocks(A[1, 2]), rtol=1e-6)
+    ask(w, head=None, start=200, size=57)
+    np.testing.assert_allclose(weights(w.detail), A[1, :, 200:, 200:].mean(0), rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(weights(w.detail["blocks"]).reshape(129, 129), blocks(A[1].mean(0)), rtol=1e-5)
+
+
 def test_a_request_out_of_range_keeps_the_view_and_says_why():
     t = attnviz.trace(TEXT)
     w = attnviz.explorer(t, 2, 9)
