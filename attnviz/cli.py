@@ -95,7 +95,7 @@ def cmd_plot(args) -> None:
     from attnviz.analysis.long import Reducer
     from attnviz.capture.record import reducing
     from attnviz.export import IMAGE_FORMATS, head_figures, write_figures
-    from attnviz.figures.long import CELLS
+    from attnviz.figures.explorer import CELLS
 
     if Path(args.out).suffix.lower().lstrip(".") not in ("html", *IMAGE_FORMATS):
         raise InputError(f"--out must end in .html, {', '.join('.' + e for e in IMAGE_FORMATS)}, not {args.out!r}")

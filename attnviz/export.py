@@ -314,6 +314,7 @@ def head_figures(trace, layer: int, head: int | None, stack: str = "encoder", re
 
     from .analysis.long import survey, window
     from .figures import long as figs
+    from .figures.explorer import CELLS, head_name, overview_size
     from .figures.attention import attention_heatmap
 
     side = stack if isinstance(trace, Seq2SeqTrace) else None
@@ -321,15 +322,15 @@ def head_figures(trace, layer: int, head: int | None, stack: str = "encoder", re
     s = trace.stack(side)
     _, H, Tq, Tk = s.weights.shape
     where = f"{s.name} · " if side not in (None, "encoder") else ""
-    name = f"layer {layer}, " + (f"mean of {H} heads" if head is None else f"head {head}")
+    name = head_name(layer, head, H)
     title = f"{html.escape(trace.model)} · {where}{name}"
-    if Tq != Tk or Tq <= figs.CELLS:  # cross-attention has as many rows as the decoder's tokens
+    if Tq != Tk or Tq <= CELLS:  # cross-attention has as many rows as the decoder's tokens
         return [attention_heatmap(*head_matrix(trace, layer, head, stack), title)]
-    small = figs.overview_size(*s.weights.shape[:2])
+    small = overview_size(*s.weights.shape[:2])
     done = reducer is not None and reducer.complete(s.weights.shape)
-    found = reducer.result(small) if done else survey(s.weights, small, figs.CELLS)
+    found = reducer.result(small) if done else survey(s.weights, small, CELLS)
     blocks = found.layer_max[layer] if head is None else found.pooled("detail", "max")[layer, head]  # (s, s)
-    stop = figs.CELLS
+    stop = CELLS
     return [figs.blocks_heatmap(blocks, found.starts["detail"], found.block("detail"), Tq, title, "max", (0, stop)),
             figs.window_heatmap(window(s.weights, layer, head, 0, stop), 0, s.queries.tokens, title),
             figs.head_mosaic(found.pooled("overview", "max"), "max", Tq, found.block("overview"), (layer, head))]

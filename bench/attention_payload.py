@@ -18,7 +18,7 @@ from attnviz.analysis import long
 from attnviz.figures import long as figs
 from attnviz.figures.overview import stack_tiles
 from attnviz.figures.view import Options, layer_view
-from attnviz.ui.long import CELLS, DETAIL
+from attnviz.figures.explorer import CELLS, DETAIL, overview_size
 
 BUDGET = 2 * MB
 
@@ -27,7 +27,7 @@ def long_figures(trace, layer: int, head: int | None, focus: int) -> dict:
     """name -> go.Figure (the reach's shaded text as its HTML string): what the Attention page draws past CELLS
     tokens, with the default window (its first 64 tokens) and pooling (max)."""
     L, H, T = trace.n_layers, trace.n_heads, trace.n_tokens
-    s = long.survey(trace.weights, figs.overview_size(L, H), DETAIL)
+    s = long.survey(trace.weights, overview_size(L, H), DETAIL)
     pooled = s.pooled("detail", "max")[layer]  # (H, s, s)
     blocks = s.layer_max[layer] if head is None else pooled[head]
     row, col = trace.row(layer, head, focus), trace.column(layer, head, focus)  # (T,), (T,)

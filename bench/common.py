@@ -20,6 +20,7 @@ for p in (ROOT, ROOT / "bench"):
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import attnviz  # noqa: E402,F401
+from attnviz.figures.explorer import DETAIL  # noqa: E402,F401  the long view's blocks a side
 
 LENGTHS = (20, 128, 512)
 MB = 1e6
@@ -88,9 +89,6 @@ def builtin_bare(net):
             RECORDER.reset(token)
 
     return run
-
-
-DETAIL = 256  # attnviz.ui.long.DETAIL, the long view's blocks a side (not imported: that module imports streamlit)
 
 
 def app_malloc() -> None:

@@ -14,7 +14,6 @@ from ..core.tokens import clean, labels
 from .common import (EDGE, KEY_BELOW, KEY_UNDER, LEGEND_BELOW, NUMBERS_BELOW, NUMBERS_LEFT, PROB_SCALE, lut,
                      SIDE_KEY, cell_tokens, head_points, labels_margin, right_of_key_under, safe, token_note, top_title,
                      wrap_title)
-from .explorer import CELLS, overview_size  # noqa: F401  (the CLI, ui/display and export read them here)
 
 QUANTILE = 99.5  # colour ranges run up to this percentile of what is drawn, written on the figure
 WINDOW_TICKS = 64  # a window labels at most this many tokens down its query axis (WINDOW_ROW px a label)…

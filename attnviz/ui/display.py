@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from attnviz.figures.long import CELLS
+from attnviz.figures.explorer import CELLS
 from attnviz.figures.view import Options
 from attnviz.ui.links import linked_number
 
