@@ -74,7 +74,7 @@ def show(table, grid, n_texts: int, title: str, where) -> None:
         st.plotly_chart(head_map(grid, f"{title} over {n_texts:,} texts", (0.0, float(grid.max()) or 1.0),
                                  value_name=title), key=f"corpus_grid_{n_texts}")
         st.dataframe(table, hide_index=True, column_config=headers(table.columns), key=f"corpus_table_{n_texts}")
-        base = f"attnviz_corpus_{f.key.replace(':', '-').replace('/', '-')}"
+        base = f"attnviz_corpus_{f.model_key.replace(':', '-').replace('/', '-')}"
         d1, d2 = st.columns(2)
         d1.download_button("Download Parquet", table.to_parquet(index=False), f"{base}.parquet",
                            "application/vnd.apache.parquet", key=f"corpus_parquet_{n_texts}")
@@ -115,14 +115,14 @@ if not LOCKED:
                         help="auto: a local Ray, or the cluster `ray start` made; or a cluster address. "
                              "Empty: run here.").strip() or None
 cap = page_cap()  # a text's first ATTNVIZ_PAGE_TOKENS, as every page but Attention reads
-out = files.work() / f"{cp.digest(f'{path.resolve()}|{f.key}|{column}|{limit}|{cap}'.encode())}.parquet"
+out = files.work() / f"{cp.digest(f'{path.resolve()}|{f.model_key}|{column}|{limit}|{cap}'.encode())}.parquet"
 c1, c2 = st.columns(2)
 name = c1.selectbox("Statistic", list(LABELS), format_func=LABELS.get, key="corpus_stat")
 what = c2.selectbox("Over texts", list(OVER), format_func=OVER.get, key="corpus_what")
 go, stop = st.columns(2)  # above the results, so Run stays where it is however many results show
 clicked = go.button("Run", key="corpus_run", type="primary")
 try:
-    so_far = cp.load_shards(cp.shard_dir(out), f.key)
+    so_far = cp.load_shards(cp.shard_dir(out), f.model_key)
     files.show(out)
 except ValueError:  # none finished yet
     so_far = None
@@ -168,7 +168,7 @@ if clicked:
                 shown = "mean" if what == "mean" else "mean (percentiles when the run ends)"
                 show(totals.table(), totals.grid(name), totals.n_texts, f"{LABELS[name]} · {shown}", results)
 
-            final = cp.run(f.key, corpus, out, column, limit, ray, progress=progress, backend=f.model,
+            final = cp.run(f.model_key, corpus, out, column, limit, ray, progress=progress, backend=f.model,
                            max_tokens=cap, tick=tick, note=notes.append, totals=totals)
             cp.keep_top_texts(final, corpus, out)
     except ValueError as e:

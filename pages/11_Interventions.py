@@ -29,7 +29,7 @@ except ValueError as e:
     offer_causal(f"{e} A causal LM shows how its next token changes.")
     st.stop()
 if kind == "encoder":
-    offer_causal(f"{f.key} is an encoder, which predicts nothing of its own: edits here change the norm of its "
+    offer_causal(f"{f.model_key} is an encoder, which predicts nothing of its own: edits here change the norm of its "
                  "first token's output. A causal language model shows how its next token changes.")
 trace = f.trace
 if f.page_cut:  # cut by this page, not by the model's positions: the edits run the model on the whole text
@@ -73,7 +73,7 @@ if found:
         st.code(transformer_lens_code(found), language="python")
         st.code(to_nnsight(found, n_layers=L), language="python")
 
-effect = ui.effect(f.key, f.model, f.text, found, f.chat)
+effect = ui.effect(f.model_key, f.model, f.text, found, f.chat)
 st.header("What the model outputs")
 if kind == "lm":
     before, after = np.exp(effect.base.logprobs), np.exp(effect.edited.logprobs)
@@ -137,11 +137,11 @@ if (st.button(f"Patch every head ({L * H + 2} forward passes)", key="patch", dis
             result = patch_heads(f.model, f.text, corrupted, metric,
                                  progress=lambda k, n: bar(k / n, f"head {k} of {n}"), chat=f.chat)
         bar.done()
-        st.session_state["patching"] = ((f.key, f.text, corrupted, metric, f.chat), result)
+        st.session_state["patching"] = ((f.model_key, f.text, corrupted, metric, f.chat), result)
     except ValueError as e:
         st.error(plain(e))
 done = st.session_state.get("patching")
-if done and done[0] == (f.key, f.text, corrupted, metric, f.chat):
+if done and done[0] == (f.model_key, f.text, corrupted, metric, f.chat):
     result = done[1]
     st.caption(f"Metric clean {result.clean:.3f}, corrupted {result.corrupted:.3f}.")
     if result.barely:  # the shares divide by a gap near zero: show how far each head moves the metric instead

@@ -22,7 +22,7 @@ if trace.kind == "encoder-decoder":
     offer_causal("Faithfulness explains one stack's prediction: pick an encoder, a classifier or a causal LM.")
     st.stop()
 if trace.kind == "encoder" and not f.model.can("predict"):
-    offer_causal(f"{f.key} is an encoder, which predicts nothing of its own: its first token's output norm is "
+    offer_causal(f"{f.model_key} is an encoder, which predicts nothing of its own: its first token's output norm is "
                  "explained. A causal language model's next token is a prediction to explain.")
 T = trace.n_tokens
 
@@ -46,7 +46,7 @@ if n > max_forwards():
                f"this server's budget of {max_forwards():,}. Shorten the text or take fewer steps; an operator can "
                "raise the budget with ATTNVIZ_MAX_FORWARDS.")
     st.stop()
-asked = (f.key, f.text, target, steps, f.chat)
+asked = (f.model_key, f.text, target, steps, f.chat)
 if st.button(f"Explain the prediction ({n:,} forward passes)", key="faith_run") or again("faithfulness"):
     with slot("Faithfulness"):
         bar = Bar("Running the model…", "faithfulness")
@@ -80,6 +80,6 @@ st.plotly_chart(deletion_curves(e.curves, f"{y_title} as each method's top token
                 key="faith_curves")
 st.caption("How to read it: each method removes its most important tokens first (their embeddings zeroed); the "
            "faster its line falls, the more the model needed what the method picked.")
-stem = re.sub(r"[^A-Za-z0-9]+", "-", f.key).strip("-")
+stem = re.sub(r"[^A-Za-z0-9]+", "-", f.model_key).strip("-")
 st.download_button("Download CSV", e.table().to_csv(index=False), f"faithfulness-{stem}.csv", "text/csv",
                    key="faith_csv")

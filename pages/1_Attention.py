@@ -28,7 +28,7 @@ AXES = {
 }
 DIRECTIONS = {"attends to": "to", "attended by": "from"}  # label (also the link's value) -> row or column
 
-f = frame("Attention", tracer=long.tracer, whole=True, chat=True)  # a long text is traced once, by long_trace
+f = frame("Attention", when_long=long.surveyed_if_long, whole=True, chat=True)  # a long text: traced once, surveyed
 if long.made_long(f.trace):
     long.explore(f)
     st.stop()

@@ -71,5 +71,5 @@ table = norm_table(trace)
 # People read the headers; the CSV keeps the column names, which programs read.
 headers = {"token_index": "position", **{k: NAMES[k] for k in table.columns if k in NAMES}}
 st.dataframe(table, hide_index=True, height=320, key="norm_table", column_config=headers)
-stem = re.sub(r"[^A-Za-z0-9]+", "-", f.key).strip("-")
+stem = re.sub(r"[^A-Za-z0-9]+", "-", f.model_key).strip("-")
 st.download_button("Download CSV", table.to_csv(index=False), f"norms-{stem}.csv", "text/csv", key="norm_csv")

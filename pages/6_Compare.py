@@ -16,7 +16,7 @@ from attnviz.core.tokens import labels
 from attnviz.ui import access
 from attnviz.ui.escape import plain
 from attnviz.ui.display import token_window
-from attnviz.ui.frame import entered, frame, get_trace, layer_head, model_options, offered
+from attnviz.ui.frame import entered, frame, stored_trace, layer_head, model_options, offered
 
 log = logging.getLogger("attnviz")
 
@@ -29,12 +29,12 @@ if "text_b" not in st.session_state and "text_b" not in st.query_params:
     st.session_state["text_b"] = CONTRASTS.get(f.text, "")  # start with a contrasting pair, not B = A
 c1, c2 = st.columns(2)
 model_b = c1.selectbox("Model B", model_options(), index=None, key="model_b", bind="query-params",
-                       accept_new_options=not access.locked(), placeholder=f"same as A ({f.key})")
+                       accept_new_options=not access.locked(), placeholder=f"same as A ({f.model_key})")
 text_b = c2.text_area("Text B", key="text_b", bind="query-params", height=100, max_chars=access.max_chars(),
                       placeholder="same as A", help="Press Ctrl+Enter (or click outside) to run.")
-key_b, text_b = entered(model_b or f.key), text_b if text_b.strip() else f.text  # the key's one spelling, as A's
+key_b, text_b = entered(model_b or f.model_key), text_b if text_b.strip() else f.text  # the key's one spelling, as A's
 try:
-    trace_b = get_trace(key_b, check_text(text_b), tokens=settings.page_tokens(), model=offered(key_b))  # A's cap
+    trace_b = stored_trace(key_b, check_text(text_b), tokens=settings.page_tokens(), model=offered(key_b))  # A's cap
 except ValueError as e:
     st.error(plain(f"B: {e}"))
     st.stop()
@@ -45,7 +45,7 @@ except Exception as e:  # a fault in a model or library: say so plainly, keep th
 if trace_b.truncated:
     st.caption(f"B, like A, reads its first {trace_b.stack().queries.n_tokens:,} tokens and leaves "
                f"{trace_b.truncated:,} out (ATTNVIZ_PAGE_TOKENS raises it).")
-if (key_b, text_b) == (f.key, f.text):
+if (key_b, text_b) == (f.model_key, f.text):
     st.info("B is the same as A: enter another text or choose another model for B.")
 
 traces = {"A": f.trace, "B": trace_b}

@@ -63,8 +63,8 @@ with st.expander("What each role means"):
 
 table = role_table(text_scores, probe_scores, by_probe=scores is probe_scores)
 st.dataframe(table, hide_index=True, key="role_table")
-st.download_button("Download the scores (CSV)", table.to_csv(index=False), f"{file_stem(f.key)}_roles.csv", "text/csv",
-                   key="roles_csv", on_click="ignore")
+st.download_button("Download the scores (CSV)", table.to_csv(index=False), f"{file_stem(f.model_key)}_roles.csv",
+                   "text/csv", key="roles_csv", on_click="ignore")
 
 st.header("Long context")
 atlas_section(f)

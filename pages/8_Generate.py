@@ -20,7 +20,7 @@ f = frame("Generate", chat=True)
 st.title("Generate")
 layer, head = layer_head(f.model.n_layers, f.model.n_heads, with_mean=True)  # shared with the other pages' links
 if not f.model.can("generate"):
-    offer_causal(f"{f.key} is not a causal language model: generation needs one. Switch below, or pick a Hugging "
+    offer_causal(f"{f.model_key} is not a causal language model: generation needs one. Switch below, or pick a Hugging "
                  "Face causal LM (hf:gpt2 or a local folder) in the sidebar; the text box holds the prompt.")
     st.stop()
 if f.page_cut:  # cut by this page, not by the model's positions

@@ -119,5 +119,5 @@ def atlas_section(f) -> None:
     with st.expander("What each score means"):
         st.markdown(ABOUT)
     st.dataframe(frame, hide_index=True, key="atlas_table")
-    st.download_button("Download the atlas (CSV)", frame.to_csv(index=False), f"{file_stem(f.key)}_atlas.csv",
+    st.download_button("Download the atlas (CSV)", frame.to_csv(index=False), f"{file_stem(f.model_key)}_atlas.csv",
                        "text/csv", key="atlas_csv", on_click="ignore")

@@ -53,7 +53,7 @@ LAYOUT_CSS = (
     ".stMainBlockContainer h2 { font-size: 1.75rem; padding: 0.5rem 0 0.25rem; }"
     + MODEBAR_CSS  # a phone's chart toolbar in a strip above the chart, clear of its title
 )
-# A page whose forward runs for seconds (a tracer with its own progress: the Attention page's long trace, which puts
+# A page whose forward runs for seconds (a long text's own path with its own progress: the Attention page's, which puts
 # STILL_CSS on the page before it starts) moves nothing on the page while it runs: a browser on the server's machine
 # (a laptop demo, the benchmarks) draws every change on the CPU the model needs.
 STILL_CSS = (
@@ -67,7 +67,7 @@ STILL_CSS = (
 
 
 class Frame(NamedTuple):
-    key: str  # model key
+    model_key: str  # the model's key in its one spelling (``entered``); ``model`` is its backend
     model: object  # the loaded backend
     text: str
     trace: object  # AttentionTrace or Seq2SeqTrace
@@ -75,10 +75,10 @@ class Frame(NamedTuple):
     chat: bool = False  # the text runs as the user's turn of the model's chat template
 
 
-def get_model(key: str):
+def get_model(model_key: str):
     """A loaded model shared by all sessions (stateless; each backend serialises use with its lock): the library's
     one cache of models (``backends.load``, which normalises the key), never a second copy here."""
-    return load(key)
+    return load(model_key)
 
 
 def max_tokens() -> int:
@@ -121,11 +121,11 @@ def _serial(model) -> int:
         return _SERIALS[model]
 
 
-def register_session_model(key: str, backend) -> None:
+def register_session_model(model_key: str, backend) -> None:
     """Make a freshly built model selectable on every page for this session (a model trained again under the same
     key is a new one: the traces of the one it replaces are forgotten)."""
-    old = session_models().get(key)
-    session_models()[key] = backend
+    old = session_models().get(model_key)
+    session_models()[model_key] = backend
     if old is not None:
         gone = _serial(old)
         STORE.drop(lambda k: k[0] == "session" and k[1] == gone)
@@ -134,52 +134,52 @@ def register_session_model(key: str, backend) -> None:
 SESSION = "session:"  # the key prefix of models trained on the Train page, which last as long as their session
 
 
-def entered(key: str) -> str:
+def entered(model_key: str) -> str:
     """The picker's model key in its one spelling (``backends.normalise``), made once where it enters the page; a
     key that cannot name a model stays as typed, and opening it refuses it in words."""
     try:
-        return normalise(key)
+        return normalise(model_key)
     except ValueError:
-        return key
+        return model_key
 
 
-def resolve(key: str):
+def resolve(model_key: str):
     """The backend behind a key: this session's own models first, then the shared cache."""
-    if key in session_models():
-        return session_models()[key]
-    if key.startswith(SESSION):
-        raise ValueError(f"{key} was trained on the Train page in an earlier session, and a model trained there "
+    if model_key in session_models():
+        return session_models()[model_key]
+    if model_key.startswith(SESSION):
+        raise ValueError(f"{model_key} was trained on the Train page in an earlier session, and a model trained there "
                          "lasts only as long as its session (a reload starts a new one). Train it again there")
-    return get_model(key)
+    return get_model(model_key)
 
 
-def offered(key: str):
+def offered(model_key: str):
     """``resolve`` for a key a visitor gave: refused unless offered; in public mode the reason a model
     could not be opened stays in the server log."""
-    access.check_allowed(key, model_options())
+    access.check_allowed(model_key, model_options())
     try:
-        return resolve(key)
+        return resolve(model_key)
     except Exception as e:
         if not access.public():
             raise
-        log.warning("could not open %r", key, exc_info=True)
-        raise ValueError(access.open_failed(key, e)) from None
+        log.warning("could not open %r", model_key, exc_info=True)
+        raise ValueError(access.open_failed(model_key, e)) from None
 
 
-def get_trace(key: str, text: str, target: str | None = None, tokens: int | None = None, chat: bool = False,
-              model=None):
-    """The trace of ``text`` under model ``key`` (its first ``tokens`` tokens at most; ``chat``: in the model's chat
-    template), from the trace store (ui/traces.py); a session model's under its backend's identity. ``key`` is
-    normalised where it entered (the frame's ``entered``); ``model``: its backend, when the caller resolved it
-    already (else resolved here, when needed)."""
+def stored_trace(model_key: str, text: str, target: str | None = None, tokens: int | None = None, chat: bool = False,
+                 model=None):
+    """The trace of ``text`` under model ``model_key`` (its first ``tokens`` tokens at most; ``chat``: in the
+    model's chat template), from the trace store (ui/traces.py); a session model's under its backend's identity.
+    ``model_key`` is normalised where it entered (the frame's ``entered``); ``model``: its backend, when the caller
+    resolved it already (else resolved here, when needed)."""
     cap = max_tokens() if tokens is None else min(tokens, max_tokens())
-    own = key in session_models()
+    own = model_key in session_models()
     if own:
-        model = session_models()[key] if model is None else model
-    k = ("session", _serial(model)) if own else ("cells", key)
+        model = session_models()[model_key] if model is None else model
+    k = ("session", _serial(model)) if own else ("cells", model_key)
 
     def compute():  # a heavy forward waits in line first, under this key's lock only
-        backend = get_model(key) if model is None else model
+        backend = get_model(model_key) if model is None else model
         with _admitted(backend, text, cap):
             return backend.trace(text, target, max_tokens=cap, **chat_kw(chat))
 
@@ -262,7 +262,7 @@ def sidebar() -> tuple[str, str]:
                       "the box keeps its earlier text. A longer document goes in the sidebar's upload, under the "
                       "text box.", icon=":material/content_paste_off:")
     with st.sidebar:
-        key = st.selectbox(
+        model_key = st.selectbox(
             "Model",
             model_options(),
             key="model",
@@ -272,14 +272,14 @@ def sidebar() -> tuple[str, str]:
                   "A built-in model, or type a Hugging Face id (hf:gpt2) or a local folder and press Enter.")
                  + "".join(f"\n- `{k}`: {describe(k)}" for k in model_options() if describe(k)),
         )
-        if describe(key or DEFAULT_MODEL):  # grey Markdown, not a caption: the page's first caption is its status line
-            st.markdown(f":gray[{describe(key or DEFAULT_MODEL)}]")
-        st.selectbox("Sample text", list(samples_for(key or DEFAULT_MODEL)), index=None, key="sample",
+        if describe(model_key or DEFAULT_MODEL):  # grey Markdown, not a caption: the first caption is the status line
+            st.markdown(f":gray[{describe(model_key or DEFAULT_MODEL)}]")
+        st.selectbox("Sample text", list(samples_for(model_key or DEFAULT_MODEL)), index=None, key="sample",
                      on_change=_use_sample, placeholder="Choose a sample…", help="Texts this model can read.")
         # The text gets its value one way, through session state (a default beside a value that a page
         # switch or a sample sets makes Streamlit log a warning); a link's text still wins on a first run.
         if "text" not in st.session_state and "text" not in st.query_params:
-            st.session_state["text"] = next(iter(samples_for(key or DEFAULT_MODEL).values()))
+            st.session_state["text"] = next(iter(samples_for(model_key or DEFAULT_MODEL).values()))
         text = st.text_area(
             "Text", key="text", height=160, bind="query-params", on_change=_text_changed,
             help=f"Press Ctrl+Enter (or click outside) to run. At most {access.max_chars():,} characters: "
@@ -291,7 +291,7 @@ def sidebar() -> tuple[str, str]:
                     "text; a longer document goes in the upload below.]")
         st.session_state[_LAST_TEXT] = text
         text = uploaded_text(text, notes)
-    return (key or DEFAULT_MODEL), text
+    return (model_key or DEFAULT_MODEL), text
 
 
 def use_app_navigation() -> None:
@@ -324,15 +324,15 @@ def chat_option(model) -> bool:
     return bool(on)
 
 
-def frame(title: str, tracer=None, whole: bool = False, chat: bool = False) -> Frame:
+def frame(title: str, when_long=None, whole: bool = False, chat: bool = False) -> Frame:
     """Render the shared frame and return the model and trace; stops the page with a message on bad input.
 
     A page draws the first ATTNVIZ_PAGE_TOKENS tokens of a text, cell by cell; ``whole``: every token the app takes
     (the Attention page, which pools a long text).
 
-    ``tracer(key, text, chat, model) -> trace | None`` may replace ``get_trace`` (the Attention page's long trace with its
-    survey, ui/long.py) and shows its own progress; None leaves the text to ``get_trace``. ``chat``: the page runs
-    a decoder on a prompt, so it offers the model's chat template (``chat_option``).
+    ``when_long(model_key, text, chat, model) -> trace | None``: the page's own path for a long text (the Attention
+    page's surveyed trace, ui/long.py), with its own progress; None leaves the text to ``stored_trace``.
+    ``chat``: the page runs a decoder on a prompt, so it offers the model's chat template (``chat_option``).
     """
     use_app_navigation()
     collect.start()  # Streamlit's own collection is off (.streamlit/config.toml)
@@ -342,53 +342,54 @@ def frame(title: str, tracer=None, whole: bool = False, chat: bool = False) -> F
     links.read_link()
     heads.follow_click()
     links.carry_over(title)
-    key, text = sidebar()
+    model_key, text = sidebar()
     links.remember("model", "text")
-    links.check_link(key, model_options()[0], offered)
-    key = instead_of_refused(entered(key))
+    links.check_link(model_key, model_options()[0], offered)
+    model_key = instead_of_refused(entered(model_key))
     cap = None if whole else page_cap()  # the tokens this page reads
     try:
-        access.check_allowed(key, model_options())
+        access.check_allowed(model_key, model_options())
         text = check_text(text)
-        if tracer is None:
-            with st.spinner(first_load_note(key) or f"Loading {key} and computing attention…"):
-                model = offered(key)
+        if when_long is None:
+            with st.spinner(first_load_note(model_key) or f"Loading {model_key} and computing attention…"):
+                model = offered(model_key)
                 chat = chat and chat_option(model)
-                trace = get_trace(key, text, tokens=cap, chat=chat, model=model)
-        else:  # the tracer shows its own progress: a spinner spinning beside it takes a browser on the server's
-            with st.spinner(first_load_note(key) or f"Loading {key}…"):  # machine CPU the model needs
-                model = offered(key)
+                trace = stored_trace(model_key, text, tokens=cap, chat=chat, model=model)
+        else:  # the long path shows its own progress: a spinner spinning beside it takes a browser on the server's
+            with st.spinner(first_load_note(model_key) or f"Loading {model_key}…"):  # machine CPU the model needs
+                model = offered(model_key)
             chat = chat and chat_option(model)
-            trace = tracer(key, text, chat, model)
-            if trace is None:  # not the tracer's: the frame's own path
-                with st.spinner(f"Computing attention of {key}…"):
-                    trace = get_trace(key, text, tokens=cap, chat=chat, model=model)
+            trace = when_long(model_key, text, chat, model)
+            if trace is None:  # not a long text: the frame's own path
+                with st.spinner(f"Computing attention of {model_key}…"):
+                    trace = stored_trace(model_key, text, tokens=cap, chat=chat, model=model)
     except ValueError as e:
-        refuse(key, plain(str(e)))
+        refuse(model_key, plain(str(e)))
     except Exception as e:  # a fault in a model or library: say so plainly, keep the page alive
-        log.exception("trace failed for %s", key)
-        refuse(key, plain(access.fault(key, e)))
-    st.session_state[_GOOD_MODEL] = key
+        log.exception("trace failed for %s", model_key)
+        refuse(model_key, plain(access.fault(model_key, e)))
+    st.session_state[_GOOD_MODEL] = model_key
     page_cut = cut_by_page(trace, cap, model.limit(max_tokens()))
     status(trace, page_cut)
     if trace.truncated and not page_cut:
-        offer_whole(key, trace)
-    unknown_note(trace, key)
-    return Frame(key, model, text, trace, page_cut, chat)
+        offer_whole(model_key, trace)
+    unknown_note(trace, model_key)
+    return Frame(model_key, model, text, trace, page_cut, chat)
 
 
-def _switch_to(key: str) -> None:
+def _switch_to(model_key: str) -> None:
     """Set the frame's model (before the next run draws its picker) and fit the sample text to it."""
-    st.session_state["model"] = key
+    st.session_state["model"] = model_key
     _model_changed()
 
 
-def offer_model(key: str, label: str, where=st, why: str = "switch") -> bool:
-    """A button that switches the frame's model to ``key`` in one click, when ``key`` is offered; whether it was.
+def offer_model(model_key: str, label: str, where=st, why: str = "switch") -> bool:
+    """A button that switches the frame's model to ``model_key`` in one click, when it is offered; whether it was.
     ``why`` tells apart two offers of one model on a page (a causal model, one that reads the whole text)."""
-    if key not in model_options():
+    if model_key not in model_options():
         return False
-    where.button(label, key=f"{why}_to_{key}", on_click=_switch_to, args=(key,), icon=":material/swap_horiz:")
+    where.button(label, key=f"{why}_to_{model_key}", on_click=_switch_to, args=(model_key,),
+                 icon=":material/swap_horiz:")
     return True
 
 
@@ -398,13 +399,13 @@ def offer_causal(why: str) -> None:
     offer_model(causal_model(), f"Switch to {causal_model()}: {describe(causal_model())}")
 
 
-def offer_whole(key: str, trace) -> None:
-    """For a text cut to fit ``key``'s positions: a one-click switch to a model that takes it whole, when one is
+def offer_whole(model_key: str, trace) -> None:
+    """For a text cut to fit ``model_key``'s positions: a one-click switch to a model that takes it whole, when one is
     offered (the real decoder first: trained weights)."""
     first = trace if trace.kind != "encoder-decoder" else trace.encoder
     n = first.n_tokens + trace.truncated
     for other in (causal_model(), "builtin:seed"):
-        if other != key and (takes(other, max_tokens()) or 0) >= n and offer_model(
+        if other != model_key and (takes(other, max_tokens()) or 0) >= n and offer_model(
                 other, f"Read all {n:,} tokens with {other}: {describe(other)}", why="whole"):
             return
 
@@ -420,14 +421,14 @@ _GOOD_MODEL = "last_good_model"  # session-state key: the last model a page drew
 _REFUSED_MODEL = "refused_model"  # session-state key: (model key, why) of the model the picker holds that failed
 
 
-def refuse(key: str, message: str) -> None:
-    """Stop the page with ``message`` (plain Markdown); when ``key`` is a model entry that failed and another model
-    drew the last page, run again with that one instead (``instead_of_refused``), so its figures stay on screen."""
+def refuse(model_key: str, message: str) -> None:
+    """Stop the page with ``message`` (plain Markdown); when ``model_key`` is a model entry that failed and another
+    model drew the last page, run again with that one instead (``instead_of_refused``), so its figures stay on screen."""
     good = st.session_state.get(_GOOD_MODEL)
-    if good is None or good == key:
+    if good is None or good == model_key:
         st.error(message)
         st.stop()
-    st.session_state[_REFUSED_MODEL] = (key, message)
+    st.session_state[_REFUSED_MODEL] = (model_key, message)
     st.rerun()
 
 
@@ -436,13 +437,13 @@ def _back_to(good: str) -> None:
     st.session_state.pop(_REFUSED_MODEL, None)
 
 
-def instead_of_refused(key: str) -> str:
-    """The model the page draws: ``key``, or, while the picker holds a model entry that failed, the last good one,
+def instead_of_refused(model_key: str) -> str:
+    """The model the page draws: ``model_key``, or, while the picker holds a model entry that failed, the last good one,
     under the failure's message and a one-click way back to it."""
     refused = st.session_state.get(_REFUSED_MODEL)
-    if refused is None or refused[0] != key:
+    if refused is None or refused[0] != model_key:
         st.session_state.pop(_REFUSED_MODEL, None)
-        return key
+        return model_key
     good = st.session_state[_GOOD_MODEL]
     st.error(refused[1])
     st.button(f"Back to {good}", key="back_to_good_model", on_click=_back_to, args=(good,), icon=":material/undo:",

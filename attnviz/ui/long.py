@@ -86,33 +86,33 @@ def _found(k: tuple, model):
     return trace if paired is not None and paired.model is model else None
 
 
-def tracer(key: str, text: str, chat: bool = False, model=None):
-    """The Attention page's tracer (``frame(tracer=…)``, which hands it the key's backend ``model``): over CELLS
-    tokens (counted by the model's tokenizer before any forward), the long trace with its survey; else None, and the
-    frame traces the text for the cell-by-cell explorer. A text is traced once, one way or the other. ``chat``: in
-    the model's chat template."""
-    model, cap = resolve(key) if model is None else model, max_tokens()
-    if not (_found(("long", key, text, cap, chat), model) is not None
+def surveyed_if_long(model_key: str, text: str, chat: bool = False, model=None):
+    """The Attention page's path for a long text (``frame(when_long=…)``, which hands it the backend ``model``): over
+    CELLS tokens (counted by the model's tokenizer before any forward), the long trace with its survey; else None,
+    and the frame traces the text for the cell-by-cell explorer. A text is traced once, one way or the other.
+    ``chat``: in the model's chat template."""
+    model, cap = resolve(model_key) if model is None else model, max_tokens()
+    if not (_found(("long", model_key, text, cap, chat), model) is not None
             or is_long(model.limit(cap)) and is_long(footprint.n_tokens(model, text, cap, chat))):
         return None
     st.markdown(f"<style>{STILL_CSS}</style>", unsafe_allow_html=True)  # our own constant, no user text
-    return long_trace(key, text, cap, chat, model)
+    return surveyed_trace(model_key, text, cap, chat, model)
 
 
 def made_long(trace) -> bool:
-    """Whether ``trace`` was made by ``long_trace`` (the Attention page shows it with ``explore``)."""
+    """Whether ``trace`` was made by ``surveyed_trace`` (the Attention page shows it with ``explore``)."""
     return STORE.extra(trace.stack(None).weights) is not None
 
 
-def long_trace(key: str, text: str, limit: int, chat: bool = False, model=None):
-    """The trace of ``text`` (up to ``limit`` tokens; ``chat``: in the model's chat template) under ``key``'s backend
-    ``model`` (resolved here when not given) with a survey of every head read during the same forward
+def surveyed_trace(model_key: str, text: str, limit: int, chat: bool = False, model=None):
+    """The trace of ``text`` (up to ``limit`` tokens; ``chat``: in the model's chat template) under ``model_key``'s
+    backend ``model`` (resolved here when not given) with a survey of every head read during the same forward
     (``capture.reducing``: each weight is computed once), a progress bar while it runs. Two sessions asking the same
     text at once run it once. A forward stopped (Stop, a rerun, a closed tab) keeps the survey's layers it read
     whole, as its message says: the next run of this text runs the model again but reads only the other layers'
     heads (the part of the forward that costs most), to the survey an uninterrupted run reads."""
-    model = resolve(key) if model is None else model
-    k = ("long", key, text, limit, chat)
+    model = resolve(model_key) if model is None else model
+    k = ("long", model_key, text, limit, chat)
     trace = _found(k, model)
     if trace is not None:
         return trace
@@ -124,7 +124,7 @@ def long_trace(key: str, text: str, limit: int, chat: bool = False, model=None):
 
 
 def _read(k: tuple, model, text: str, limit: int, chat: bool):
-    """``long_trace``'s forward, kept in the store with its survey."""
+    """``surveyed_trace``'s forward, kept in the store with its survey."""
     n = footprint.n_tokens(model, text, limit, chat)
     stopped = STORE.pop(("stopped", *k[1:]))
     kept = stopped.layers if stopped is not None and stopped.model is model else []
@@ -154,7 +154,7 @@ def cached_survey(stack, overview: int) -> Survey:
     whose attention the forward could not hand over (held eager), one pass over its weights with a progress bar."""
     entry = STORE.extra(stack.weights)
     if entry is None:
-        raise ValueError("this trace was not made by long_trace")
+        raise ValueError("this trace was not made by surveyed_trace")
     if overview not in entry.surveys:
         if entry.reducer.complete(stack.weights.shape):
             entry.surveys[overview] = entry.reducer.result(overview)
@@ -204,11 +204,11 @@ def follow_row(key: str, positions: list[int]) -> None:
 
 
 @st.fragment
-def detail(key: str, text: str, cap: int, overview: int, layer: int, head: int | None, reduce: str, name: str,
+def detail(model_key: str, text: str, cap: int, overview: int, layer: int, head: int | None, reduce: str, name: str,
            chat: bool = False) -> None:
     """The block map and its exact window: a zoom (typed, or a box dragged on the map) reruns only this. It takes
     keys, not the trace: a fragment lives in the session's state."""
-    trace = long_trace(key, text, cap, chat)
+    trace = surveyed_trace(model_key, text, cap, chat)
     ex = Explorer(trace, survey=cached_survey(trace.stack(None), overview))
     T = ex.Tq
     # The window's default size follows the text (a short text's 16 stays no longer than that text does).
@@ -270,7 +270,7 @@ def explore(f) -> None:
     head_chart(mosaic, "long_overview", H, page=None)  # point i of the mosaic is head i, row by row
 
     st.subheader("Detail and zoom")
-    detail(f.key, f.text, cap, small, layer, head, reduce, name, f.chat)
+    detail(f.model_key, f.text, cap, small, layer, head, reduce, name, f.chat)
 
     st.subheader("A token's reach")
     c1, c2 = st.columns([1, 2])

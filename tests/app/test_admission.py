@@ -215,15 +215,15 @@ def test_a_survey_keeps_its_trace_when_other_sessions_evict_it(monkeypatch):
 
     monkeypatch.setenv("ATTNVIZ_HEAVY_TOKENS", "100000")  # outside a script run: no line to wait in
     long._LONG.clear()
-    stack = long.long_trace("builtin:seed", document(1, 120), 4096).stack(None)
+    stack = long.surveyed_trace("builtin:seed", document(1, 120), 4096).stack(None)
     for i in (2, 3):
-        long.long_trace("builtin:seed", document(i, 60), 4096)
+        long.surveyed_trace("builtin:seed", document(i, 60), 4096)
     assert all(e.trace.stack(None).weights is not stack.weights for e in long._LONG.values())  # evicted
     s = long.cached_survey(stack, 8)
     L, H, T = *stack.weights.shape[:2], stack.queries.n_tokens
     assert s.received.shape == (L, H, T)
     assert abs(s.received[0, 0].sum() - T) < 1e-3  # every query row gives away a weight of 1 in all
-    again = long.long_trace("builtin:seed", document(1, 120), 4096)
+    again = long.surveyed_trace("builtin:seed", document(1, 120), 4096)
     assert again.stack(None).weights is stack.weights  # found again, not redone
     long._LONG.clear()
 
@@ -275,13 +275,13 @@ def test_a_closed_tab_stops_its_long_forward_at_the_next_tile(server):
     assert idle < 0.3, idle  # and nothing runs once the tab is gone
 
 
-# Every page's own forward (the shared frame's get_trace: Home, here, reads a text's first ATTNVIZ_PAGE_TOKENS),
+# Every page's own forward (the shared frame's stored_trace: Home, here, reads a text's first ATTNVIZ_PAGE_TOKENS),
 # with the heavy threshold lowered: the same line and memory as a long trace.
 FRAME_ENV = {"ATTNVIZ_MAX_TOKENS": "4096", "ATTNVIZ_HEAVY_TOKENS": "64", "ATTNVIZ_MAX_CHARS": "60000"}
 
 
 def frame_page(monkeypatch, **env):
-    """The home page (the Attention page traces a text over 256 tokens with long_trace, not the frame's)."""
+    """The home page (the Attention page traces a text over 256 tokens with surveyed_trace, not the frame's)."""
     from streamlit.testing.v1 import AppTest
 
     for k, v in {**FRAME_ENV, **env}.items():
@@ -406,10 +406,10 @@ def test_the_frame_cache_traces_count_against_the_memory_setting_and_make_room(m
     gc.collect()
     before = jobs.held_mb()
     text = document(510, 300)
-    trace = frame.get_trace("builtin:seed", text)
+    trace = frame.stored_trace("builtin:seed", text)
     mb = trace.nbytes / 2**20
     assert mb > 10 and abs(jobs.held_mb() - before - mb) < 1e-6, (before, mb, jobs.held_mb())
-    assert frame.get_trace("builtin:seed", text) is trace  # cached
+    assert frame.stored_trace("builtin:seed", text) is trace  # cached
     del trace
     monkeypatch.setenv("ATTNVIZ_MAX_TRACE_MB", str(before + mb))
     held = []

@@ -205,7 +205,7 @@ def test_the_cache_check_can_fail(tmp_path):
 # count (``jobs.keeper``), defines an eviction, or holds values in a table of its own (a weak-valued table, an ordered
 # dict); a caching decorator over a forward anywhere would be a second store of traces, with its own bound.
 TRACE_STORE = PACKAGE / "ui" / "traces.py"
-FORWARDS = {"trace", "run_with_trace", "trace_with_survey", "build_trace", "get_trace", "long_trace"}
+FORWARDS = {"trace", "run_with_trace", "trace_with_survey", "build_trace", "stored_trace", "surveyed_trace"}
 TABLES = {"WeakValueDictionary", "OrderedDict"}
 
 

@@ -122,7 +122,7 @@ def test_a_model_held_eager_hands_nothing_over_and_the_page_surveys_it_after(tin
     backend._use("eager")
     trace, reducer = long.trace_with_survey(backend, TEXT, detail=7)
     assert trace.capture == "eager" and reducer.layers == [] and not reducer.complete(trace.weights.shape)
-    page._SURVEYS[trace.stack(None).weights] = page._Survey(reducer, {})  # the pairing long_trace makes
+    page._SURVEYS[trace.stack(None).weights] = page._Survey(reducer, {})  # the pairing surveyed_trace makes
     got = page.cached_survey(trace.stack(None), 5)
     assert_same_survey(got, long.survey(trace.weights, 5, page.DETAIL, keys=(page.FOCUS,)), rtol=1e-6)
     assert list(got.columns) == [page.FOCUS]  # the column the reach opens on, read in the same pass
