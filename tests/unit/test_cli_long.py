@@ -3,6 +3,7 @@
 with plotly.js inlined. And the exports are reachable from ``import attnviz`` alone."""
 
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -60,6 +61,7 @@ def test_the_exports_are_reachable_from_import_attnviz(tmp_path):
             "data = attnviz.export.to_npz(t)\n"
             "back = attnviz.export.from_npz(data)\n"
             "print(back.tokens == t.tokens, len(attnviz.export.matrix_csv(t.head(0, 0), t.tokens, t.tokens)) > 0)")
-    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})  # this checkout, installed or not
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["True", "True"]
