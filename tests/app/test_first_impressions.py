@@ -134,9 +134,9 @@ def test_a_box_of_a_few_pixels_zooms_where_it_was_dragged():
 
 
 def test_the_window_grows_to_64_tokens_with_a_longer_text(monkeypatch):
-    from attnviz.ui import long as ui
+    from attnviz.figures import explorer
 
-    monkeypatch.setattr(ui, "CELLS", 0)  # a text under 64 tokens in the long view (the page draws it cell by cell)
+    monkeypatch.setattr(explorer, "CELLS", 0)  # a text under 64 tokens in the long view (else drawn cell by cell)
     at = ok(open_page("pages/1_Attention.py", model="builtin:seed", text="A short text."))
     short = at.number_input(key="zoom_size").value
     assert short == attnviz.load("builtin:seed").trace("A short text.").n_tokens < 64
