@@ -15,6 +15,7 @@ from attnviz.ui import corpus as files
 from attnviz.ui import jobs
 from attnviz.ui.frame import frame, page_cap, plain
 from attnviz.ui.heads import open_text
+from attnviz.ui.progress import Bar, again
 from attnviz.ui.access import locked
 from attnviz.ui.escape import code
 
@@ -120,7 +121,7 @@ c1, c2 = st.columns(2)
 name = c1.selectbox("Statistic", list(LABELS), format_func=LABELS.get, key="corpus_stat")
 what = c2.selectbox("Over texts", list(OVER), format_func=OVER.get, key="corpus_what")
 go, stop = st.columns(2)  # above the results, so Run stays where it is however many results show
-clicked = go.button("Run", key="corpus_run", type="primary")
+clicked = go.button("Run", key="corpus_run", type="primary") or again("corpus")  # or the bar's "Run it again"
 try:
     so_far = cp.load_shards(cp.shard_dir(out), f.model_key)
     files.show(out)
@@ -137,7 +138,6 @@ if clicked or not done:  # a finished job needs no file: its results and top tex
         st.stop()
 for line in st.session_state.pop("corpus_notes", []):
     st.info(plain(line), icon=":material/healing:")
-bar = st.empty()
 results = st.empty()
 if so_far is not None and not done and cp.finished(out):
     st.warning("Some of this run's finished shards are damaged or gone: Run computes them again.", icon=":material/healing:")
@@ -153,13 +153,14 @@ if clicked:
             total = cp.count(corpus, limit)
             files.make_room(cp.job_bytes(total, f.model.n_layers * f.model.n_heads, corpus.path.stat().st_size))
             started, totals, before = time.monotonic(), cp.Totals(), so_far.n_texts if so_far else 0
-            progress_bar = bar.progress(0.0)
+            bar = Bar("Running the corpus…", "corpus", every_step=True,
+                      resumes="its finished shards are kept, and Run goes on from the first one missing.")
 
             def tick(done: int) -> None:
                 """Before every batch: the bar moves, and a rerun or a closed tab stops the job here."""
                 left = cp.estimate(done, total, started, before)
-                progress_bar.progress(min(done / max(total, 1), 1.0), text=f"{done:,} of {total:,} texts"
-                                      + ("" if left is None else f" · about {left:,.0f} s left"))
+                bar(done / max(total, 1), f"{done:,} of {total:,} texts"
+                    + ("" if left is None else f" · about {left:,.0f} s left"))
 
             tick(before)  # a resumed run starts at the texts its kept shards hold
 
@@ -171,6 +172,7 @@ if clicked:
             final = cp.run(f.model_key, corpus, out, column, limit, ray, progress=progress, backend=f.model,
                            max_tokens=cap, tick=tick, note=notes.append, totals=totals)
             cp.keep_top_texts(final, corpus, out)
+            bar.done()
     except ValueError as e:
         st.error(plain(str(e)))
         st.stop()

@@ -48,14 +48,18 @@ class Bar:
 
     ``layers``: the work reads that many layers in turn, and a Stop keeps those read whole (the long forward,
     ui/long.py): the message says how many, updated as each is done (a markdown element, at most once a layer); 0:
-    a Stop keeps nothing."""
+    a Stop keeps nothing. ``resumes``: the work keeps what it finished on its own (a corpus job's shards), and a
+    Stop's message says this instead. ``every_step``: drawn at every step from the first, for work whose steps take
+    seconds each (a corpus job's batches, each of which also redraws the results so far)."""
 
-    def __init__(self, title: str, name: str = "step", layers: int = 0):
+    def __init__(self, title: str, name: str = "step", layers: int = 0, resumes: str | None = None,
+                 every_step: bool = False):
         self.title, self.text, self.key, self.name = title, title, f"{BAR_KEY}_{name}", name
         self.bar = self.note = None
-        self.layers, self.kept = layers, -1
+        self.layers, self.kept, self.resumes = layers, -1, resumes
+        self.every = 0.0 if every_step else BAR_EVERY_S
         self.start = time.perf_counter()
-        self.last = self.start - BAR_EVERY_S + BAR_AFTER_S  # the first draw comes BAR_AFTER_S in
+        self.last = self.start - self.every + (0.0 if every_step else BAR_AFTER_S)  # the first draw's time
 
     def __call__(self, fraction: float, detail: str | None = None) -> None:
         if detail is not None:
@@ -67,7 +71,7 @@ class Bar:
     def _draw(self, fraction: float) -> None:
         now = time.perf_counter()
         kept = int(fraction * self.layers + 1e-6)  # the layers read whole: what a Stop now keeps
-        if now - self.last >= BAR_EVERY_S:
+        if now - self.last >= self.every:
             self.last = now
             if self.bar is None:
                 self.note = st.empty()
@@ -83,10 +87,10 @@ class Bar:
             return
         # markdown, not an alert: it is on the page (hidden) through every run, and says nothing wrong until a Stop
         title = self.title.rstrip("…")
+        why = self.resumes or (f"a page needs the whole of it, so nothing below was drawn. {self._kept_words(kept)}"
+                               "The text, the model and the settings are as they were: run it again to finish.")
         self.said.markdown(f":orange[:material/stop_circle:] Stopped about {now - self.start:.0f} s in, at "
-                           f"{fraction:.0%} of “{title}”: a page needs the whole of it, so nothing "
-                           f"below was drawn. {self._kept_words(kept)}The text, the model and the settings are as "
-                           "they were: run it again to finish.")
+                           f"{fraction:.0%} of “{title}”: {why}")
         self.kept = kept  # once on the page (a Stop can come in the call that draws it: Streamlit checks there)
 
     def keeps(self, layers: list) -> list:

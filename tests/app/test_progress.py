@@ -94,3 +94,35 @@ def test_a_stop_mid_step_ends_each_pages_long_step(checkpoints, step, request):
 
 def stopped_any(at: AppTest) -> bool:
     return any("Stopped about" in m.value for m in at.markdown)
+
+
+
+def test_a_stop_mid_corpus_run_keeps_its_shards_and_run_it_again_resumes(checkpoints, tmp_path, monkeypatch):
+    """The Corpus page's run draws the one bar before every batch (every_step): a Stop there says the finished shards
+    are kept, and "Run it again" starts the run, which goes on from them to the library's numbers. 300 demo texts:
+    shard 0 holds 256 (16 batches of 16), shard 1 the other 44."""
+    import numpy as np
+
+    from attnviz import corpus as cp
+    from attnviz.data import CORPUS
+
+    monkeypatch.setenv("ATTNVIZ_CORPUS_WORK", str(tmp_path / "work"))
+    at = ok(open_page("pages/10_Corpus.py", timeout=300))
+    at.number_input(key="corpus_limit").set_value(300)
+    # checkpoints: the bar as the run starts, before each of shard 0's 16 batches, as shard 0 is done, and then
+    # before shard 1's first batch, where this Stop comes
+    checkpoints.update(n=0, stop=19)
+    at = at.button(key="corpus_run").click().run()
+    assert not at.exception and checkpoints["n"] == 19
+    said = stopped(at)
+    assert "of “Running the corpus”: its finished shards are kept, and Run goes on from the first one missing." in said
+    (bar,) = at.get("progress")
+    assert bar.proto.text.startswith("Running the corpus · 256 of 300 texts"), bar.proto.text
+    assert sorted(p.name for p in (tmp_path / "work").glob("*.shards/shard-*.npz")) == ["shard-00000.npz"]
+    checkpoints.update(n=0, stop=None)
+    at = ok(at.button(key="run_again_corpus").click().run())
+    assert checkpoints["n"] == 1 + 3 + 1  # resumed: the start, shard 1's three batches, its end
+    table = at.dataframe[0].value
+    assert (table["n_texts"] == 300).all() and not stopped_any(at)
+    expected = cp.run("builtin:minilm", CORPUS, tmp_path / "lib.parquet", limit=300)
+    np.testing.assert_allclose(table["entropy_mean"], expected.table()["entropy_mean"], atol=2e-5)
