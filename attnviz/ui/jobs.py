@@ -104,6 +104,10 @@ def for_tokens(n: int, mb: Callable[[int], float]):
     return slot(f"This {n:,}-token text", mb(n))
 
 
+HEAVY_READ_MB = 64  # a file read that decodes more than this at once is heavy work
+_in_job = threading.local()  # .job: this thread runs inside a slot
+
+
 def for_bytes(what: str, nbytes: int):
     """A slot for reading a file that decodes up to ``nbytes`` at once, when that is over HEAVY_READ_MB (a Parquet
     file with huge pages): it waits for room like a long forward. Ordinary files are read at once, beside the line."""
@@ -112,21 +116,13 @@ def for_bytes(what: str, nbytes: int):
     return slot(what, nbytes / 2**20, advice="Try a smaller file.")
 
 
-HEAVY_READ_MB = 64
-_held_here = threading.local()  # .depth: the slots this thread is inside
-
-
 @contextmanager
 def slot(what: str, mb: float = 0.0, advice: str = "Try a shorter text."):
     """Run the body as one heavy job that will hold ``mb`` MB: wait for a free slot and room first, saying where in
     line this session is. A job over ATTNVIZ_MAX_TRACE_MB alone is refused with a ValueError in plain words, ending in
     ``advice``. A slot asked for inside another one of the same thread is part of that job: it runs at once."""
-    if getattr(_held_here, "depth", 0):
-        _held_here.depth += 1
-        try:
-            yield
-        finally:
-            _held_here.depth -= 1
+    if getattr(_in_job, "job", False):
+        yield
         return
     budget = settings.max_trace_mb()
     if mb > budget:
@@ -155,11 +151,11 @@ def slot(what: str, mb: float = 0.0, advice: str = "Try a shorter text."):
         shown.empty()
     if mb:
         collect.release()  # its allocations take the reserve's warm pages next
-    _held_here.depth = 1
+    _in_job.job = True
     try:
         yield
     finally:
-        _held_here.depth = 0
+        _in_job.job = False
         with _cond:
             _running.remove(ticket)
             _cond.notify_all()
